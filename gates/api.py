@@ -1,0 +1,197 @@
+"""REST API of the gates app: task types and release tickets with their transition actions."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import django_filters
+from django.contrib.auth.models import User
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gates import selectors, services
+from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TaskType, TicketStatus
+from gates.vocabulary import METRICS
+from ledger.models import Backend
+from optgate.api import IsEngineerOrReadOnly, StrictInputSerializer, idempotent_create
+
+
+class TaskTypeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TaskType
+        fields = ["slug", "name", "description", "risk_tier", "suite_ref", "suite_version"]
+        read_only_fields = fields
+
+
+class TaskTypeViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = TaskType.objects.all()
+    serializer_class = TaskTypeSerializer
+    lookup_field = "slug"
+    pagination_class = None
+
+
+class BackendRefField(serializers.SlugRelatedField):
+    """A backend named by its name (CI files refer to backends by name)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="name", queryset=Backend.objects.all(), **kwargs)
+
+
+class TicketInputSerializer(StrictInputSerializer):
+    """What an engineer files. Shapes are checked here; business rules in the service."""
+
+    read_only_hint = {
+        "status": "read-only: the status moves only through the POST actions",
+        "owner": "read-only: the owner is whoever files the ticket",
+    }
+
+    title = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True)
+    mechanisms = serializers.ListField(child=serializers.ChoiceField(choices=Mechanism.choices), allow_empty=False)
+    bottleneck = serializers.ChoiceField(choices=Bottleneck.choices)
+    bottleneck_evidence = serializers.CharField()
+    baseline = BackendRefField()
+    candidate = BackendRefField()
+    beneficiary_tasks = serializers.SlugRelatedField(
+        slug_field="slug", queryset=TaskType.objects.all(), many=True, allow_empty=False
+    )
+    risk_tasks = serializers.SlugRelatedField(
+        slug_field="slug", queryset=TaskType.objects.all(), many=True, required=False
+    )
+    benefit_metrics = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), allow_empty=False)
+    guardrail_metrics = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), allow_empty=False)
+    rollback_target = BackendRefField()
+    rollback_plan = serializers.DictField(child=serializers.CharField())
+    observation_window_hours = serializers.IntegerField(min_value=1, max_value=24 * 366, required=False)
+    canary_scope = serializers.DictField(required=False)
+
+
+class BackendRefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Backend
+        fields = ["id", "name", "fingerprint"]
+        read_only_fields = fields
+
+
+class TicketSerializer(serializers.ModelSerializer):
+    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    baseline = BackendRefSerializer(read_only=True)
+    candidate = BackendRefSerializer(read_only=True)
+    rollback_target = BackendRefSerializer(read_only=True)
+    beneficiary_tasks: serializers.RelatedField = serializers.SlugRelatedField(
+        slug_field="slug", many=True, read_only=True
+    )
+    risk_tasks: serializers.RelatedField = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+    allowed_actions = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ReleaseTicket
+        fields = [
+            "id", "title", "description", "status", "allowed_actions", "mechanisms", "bottleneck",
+            "bottleneck_evidence", "baseline", "candidate", "beneficiary_tasks", "risk_tasks", "benefit_metrics",
+            "guardrail_metrics", "rollback_target", "rollback_plan", "observation_window_hours", "canary_scope",
+            "owner", "created_at", "updated_at", "submitted_at", "decided_at", "closed_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_allowed_actions(self, ticket: ReleaseTicket) -> list[str]:
+        return [name.replace("_", "-") for name in ticket.allowed_actions()]
+
+
+class TransitionSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+
+
+class TicketFilter(django_filters.FilterSet):
+    status = django_filters.ChoiceFilter(choices=TicketStatus.choices)
+    owner = django_filters.CharFilter(method="filter_owner", label="owner's username")
+    task = django_filters.CharFilter(method="filter_task", label="beneficiary or risk task type slug")
+    mechanism = django_filters.ChoiceFilter(choices=Mechanism.choices, method="filter_mechanism")
+
+    class Meta:
+        model = ReleaseTicket
+        fields = ["status", "owner", "task", "mechanism"]
+
+    def filter_owner(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset & selectors.ticket_list(owner=value)
+
+    def filter_task(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset.filter(pk__in=selectors.ticket_list(task=value).values("pk"))
+
+    def filter_mechanism(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset & selectors.ticket_list(mechanism=value)
+
+
+def _transition_action(name: str) -> Any:
+    sources, target = TRANSITIONS[name]
+
+    @extend_schema(request=TransitionSerializer, responses={200: TicketSerializer}, operation_id=f"tickets_{name}")
+    def take(self: TicketViewSet, request: Request, pk: str | None = None) -> Response:
+        ticket = self.get_object()
+        body = TransitionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        moved = services.ticket_transition(ticket=ticket, action=name, actor=request.user, **body.validated_data)
+        return Response(TicketSerializer(selectors.ticket_list().get(pk=moved.pk)).data)
+
+    take.__doc__ = f"{name.replace('_', ' ').capitalize()}: {' | '.join(sorted(sources))} → {target}."
+    take.__name__ = name
+    return action(detail=True, methods=["post"], url_path=name.replace("_", "-"))(take)
+
+
+class TicketViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Release tickets. Status is read-only: it moves only through the POST actions."""
+
+    serializer_class = TicketSerializer
+    permission_classes = [IsEngineerOrReadOnly]
+    filterset_class = TicketFilter
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        return selectors.ticket_list()
+
+    def get_permissions(self) -> list[Any]:
+        # Transition actions are open to every signed-in role; the service decides who may act.
+        if self.action in TRANSITIONS:
+            return [permissions.IsAuthenticated()]
+        return list(super().get_permissions())
+
+    @extend_schema(request=TicketInputSerializer, responses={201: TicketSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        def file_ticket() -> Response:
+            data = TicketInputSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            ticket = services.ticket_create(owner=cast(User, request.user), **data.validated_data)
+            return Response(
+                TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data, status=status.HTTP_201_CREATED
+            )
+
+        return idempotent_create(request, "tickets", file_ticket)
+
+    @extend_schema(request=TicketInputSerializer, responses={200: TicketSerializer})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Edit a draft ticket; any other status answers 409."""
+        ticket = self.get_object()
+        data = TicketInputSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        services.ticket_update(ticket=ticket, actor=request.user, **data.validated_data)
+        return Response(TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data)
+
+    submit = _transition_action("submit")
+    start_evaluation = _transition_action("start_evaluation")
+    finish_evaluation = _transition_action("finish_evaluation")
+    approve = _transition_action("approve")
+    restrict = _transition_action("restrict")
+    reject = _transition_action("reject")
+    request_evidence = _transition_action("request_evidence")
+    start_canary = _transition_action("start_canary")
+    promote = _transition_action("promote")
+    roll_back = _transition_action("roll_back")
+    retire = _transition_action("retire")

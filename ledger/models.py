@@ -1,0 +1,141 @@
+"""Backends (immutable serving configurations) and the append-only, hash-chained ledger."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from optgate.canonical import canonical_json, sha256_hex
+from optgate.errors import DomainError
+
+
+class ImmutableQuerySet(models.QuerySet):
+    """Bulk updates and deletes are refused: registered rows are never edited or removed."""
+
+    def update(self, **kwargs: Any) -> int:
+        raise DomainError(f"{self.model.__name__} rows are immutable")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise DomainError(f"{self.model.__name__} rows are immutable")
+
+
+class ImmutableModel(models.Model):
+    objects = ImmutableQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A second save of a stored row is an edit; the only write allowed is the first insert.
+        if not self._state.adding:
+            raise DomainError(f"{type(self).__name__} rows are immutable")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise DomainError(f"{type(self).__name__} rows are immutable")
+
+
+class Backend(ImmutableModel):
+    """One routable serving configuration: weights, engine, engine arguments, sampling, hardware.
+
+    Changing any serving field means registering a new Backend; the fingerprint identifies the
+    configuration independently of its human name.
+    """
+
+    name = models.SlugField(max_length=100, unique=True)
+    model_id = models.CharField(max_length=200, help_text="Model identity, e.g. Qwen/Qwen3-32B-AWQ")
+    model_path = models.CharField(max_length=500, help_text="Local weights directory under an allowed model root")
+    model_revision = models.CharField(max_length=128, help_text="Revision or checksum of the weights")
+    engine = models.CharField(max_length=40, default="vllm")
+    engine_version = models.CharField(max_length=40)
+    engine_args = models.JSONField(default=dict)
+    sampling_params = models.JSONField(default=dict)
+    prefix_cache_key_recipe = models.JSONField(default=dict)
+    gpu_pool = models.CharField(max_length=100, blank=True)
+    hardware_class = models.CharField(max_length=100)
+    model_card = models.JSONField(default=dict)
+    fingerprint = models.CharField(max_length=64, unique=True, editable=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def serving_config(self) -> dict[str, Any]:
+        """The fields that define what is served; the fingerprint is computed over exactly these."""
+        return {
+            "model_id": self.model_id,
+            "model_path": self.model_path,
+            "model_revision": self.model_revision,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "engine_args": self.engine_args,
+            "sampling_params": self.sampling_params,
+            "prefix_cache_key_recipe": self.prefix_cache_key_recipe,
+            "gpu_pool": self.gpu_pool,
+            "hardware_class": self.hardware_class,
+        }
+
+    def compute_fingerprint(self) -> str:
+        return sha256_hex(canonical_json(self.serving_config()))
+
+
+class LedgerHead(models.Model):
+    """The single row that names the chain's last entry.
+
+    Appends lock it (select_for_update), which serialises writers so the chain never forks, and
+    it lets verification notice entries deleted from the end of the chain.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    seq = models.PositiveBigIntegerField(default=0)
+    hash = models.CharField(max_length=64, default="")
+
+    def __str__(self) -> str:
+        return f"ledger head #{self.seq}"
+
+
+class LedgerEntry(ImmutableModel):
+    """An append-only record of one change, chained to its predecessor by hash."""
+
+    GENESIS_HASH = "0" * 64
+
+    seq = models.PositiveBigIntegerField(unique=True)
+    kind = models.CharField(max_length=60, db_index=True)
+    subject_type = models.CharField(max_length=40, db_index=True)
+    subject_id = models.CharField(max_length=64, db_index=True)
+    subject_name = models.CharField(max_length=300)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    actor_name = models.CharField(max_length=150)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["-seq"]
+        verbose_name_plural = "ledger entries"
+        indexes = [models.Index(fields=["subject_type", "subject_id", "seq"])]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} {self.subject_type}:{self.subject_name}"
+
+    def hashed_content(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "subject": {"type": self.subject_type, "id": self.subject_id, "name": self.subject_name},
+            "actor": self.actor_name,
+            "payload": self.payload,
+            "created_at": self.created_at.astimezone(UTC).isoformat(timespec="microseconds"),
+            "prev_hash": self.prev_hash,
+        }
+
+    def compute_hash(self) -> str:
+        return sha256_hex(canonical_json(self.hashed_content()))

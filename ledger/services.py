@@ -1,0 +1,151 @@
+"""Write paths of the ledger app: appending to the chain and registering backends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from evaluators.engine_args import EngineArgsError, ensure_model_allowed, validate_engine_args
+from ledger.models import Backend, LedgerEntry, LedgerHead
+from optgate.canonical import canonical_json
+from optgate.errors import DomainError, InvalidInput
+from optgate.roles import Actor, person
+
+
+
+def _actor_name(actor: Actor) -> str:
+    user = person(actor)
+    return user.get_username() if user else "system"
+
+
+def ledger_append(
+    *,
+    kind: str,
+    subject_type: str,
+    subject_id: Any,
+    subject_name: str,
+    actor: Actor,
+    payload: dict[str, Any],
+) -> LedgerEntry:
+    """Append one entry to the chain. Must run inside the caller's transaction.
+
+    The head row is locked for the rest of the transaction, so concurrent appends queue up
+    behind each other and the chain cannot fork; the entry commits or rolls back together
+    with the change it records.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("ledger_append must be called inside the transaction of the change it records")
+    head, _ = LedgerHead.objects.select_for_update().get_or_create(id=1)
+    # Round-trip through canonical JSON so the stored payload hashes identically after reload.
+    clean_payload = json.loads(canonical_json(payload))
+    entry = LedgerEntry(
+        seq=head.seq + 1,
+        kind=kind,
+        subject_type=subject_type,
+        subject_id=str(subject_id),
+        subject_name=subject_name[:300],
+        actor=person(actor),
+        actor_name=_actor_name(actor),
+        payload=clean_payload,
+        created_at=timezone.now(),
+        prev_hash=head.hash or LedgerEntry.GENESIS_HASH,
+    )
+    entry.hash = entry.compute_hash()
+    entry.save()
+    LedgerHead.objects.filter(id=1).update(seq=entry.seq, hash=entry.hash)
+    return entry
+
+
+def _model_path_checked(model_path: str) -> str:
+    try:
+        return str(ensure_model_allowed(model_path, list(settings.OPTGATE_MODEL_ROOTS)))
+    except ValueError as exc:
+        raise InvalidInput({"model_path": str(exc)}) from None
+
+
+def _engine_args_checked(engine_args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        normalised = validate_engine_args(engine_args)
+    except EngineArgsError as exc:
+        raise InvalidInput({f"engine_args.{key}": message for key, message in exc.errors.items()}) from None
+    if settings.OPTGATE_VALIDATE_WITH_VLLM:
+        from evaluators.vllm_check import validate_with_vllm_subprocess
+
+        try:
+            validate_with_vllm_subprocess(normalised)
+        except EngineArgsError as exc:
+            raise InvalidInput({f"engine_args.{key}": message for key, message in exc.errors.items()}) from None
+    return normalised
+
+
+def backend_register(
+    *,
+    actor: Actor,
+    name: str,
+    model_id: str,
+    model_path: str,
+    model_revision: str,
+    engine_version: str,
+    hardware_class: str,
+    engine: str = "vllm",
+    engine_args: dict[str, Any] | None = None,
+    sampling_params: dict[str, Any] | None = None,
+    prefix_cache_key_recipe: dict[str, Any] | None = None,
+    gpu_pool: str = "",
+    model_card: dict[str, Any] | None = None,
+) -> tuple[Backend, bool]:
+    """Register an immutable serving configuration; returns ``(backend, created)``.
+
+    Registering the same configuration under the same name again returns the existing backend
+    (so CI can re-run a pipeline); the same configuration under another name, or a taken name
+    with another configuration, is a conflict: a changed configuration needs a new backend.
+    """
+    backend = Backend(
+        name=name,
+        model_id=model_id,
+        model_path=_model_path_checked(model_path),
+        model_revision=model_revision,
+        engine=engine,
+        engine_version=engine_version,
+        engine_args=_engine_args_checked(engine_args or {}),
+        sampling_params=json.loads(canonical_json(sampling_params or {})),
+        prefix_cache_key_recipe=json.loads(canonical_json(prefix_cache_key_recipe or {})),
+        gpu_pool=gpu_pool,
+        hardware_class=hardware_class,
+        model_card=json.loads(canonical_json(model_card or {})),
+        created_by=person(actor),
+    )
+    backend.fingerprint = backend.compute_fingerprint()
+
+    existing = Backend.objects.filter(fingerprint=backend.fingerprint).first()
+    if existing is not None:
+        if existing.name == name:
+            return existing, False
+        raise DomainError(f"this serving configuration is already registered as backend {existing.name!r}")
+    if Backend.objects.filter(name=name).exists():
+        raise DomainError(
+            f"backend {name!r} already exists with another configuration; a changed configuration needs a new name"
+        )
+    try:
+        with transaction.atomic(durable=True):
+            backend.save()
+            ledger_append(
+                kind="backend.registered",
+                subject_type="backend",
+                subject_id=backend.pk,
+                subject_name=backend.name,
+                actor=actor,
+                payload={
+                    "fingerprint": backend.fingerprint,
+                    "config": backend.serving_config(),
+                    "model_card": backend.model_card,
+                },
+            )
+    except IntegrityError:
+        # A concurrent registration won the race for this name or fingerprint.
+        raise DomainError(f"backend {name!r} or its configuration was registered concurrently") from None
+    return backend, True

@@ -1,0 +1,172 @@
+"""OptGate settings: one module, driven by the environment.
+
+Defaults are the embedded quick-start (SQLite file, a broker that needs no server, vLLM on the
+CPU with the project's tiny model kit). Production switches to PostgreSQL and Redis by setting
+``DATABASE_URL`` and ``CELERY_BROKER_URL``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from optgate.env import env_bool, env_int, env_list, env_paths, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("OPTGATE_VAR_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("OPTGATE_EMBEDDED", True):
+        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off")
+    # The embedded quick-start runs on a laptop; production sets OPTGATE_EMBEDDED=0.
+    SECRET_KEY = "embedded-insecure-key-set-SECRET_KEY-in-production"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "ledger",
+    "gates",
+    "evaluators",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "optgate.urls"
+WSGI_APPLICATION = "optgate.wsgi.application"
+ASGI_APPLICATION = "optgate.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL is None:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASE_URL = f"sqlite:///{VAR_DIR / 'optgate.sqlite3'}"
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "", conn_max_age=env_int("DB_CONN_MAX_AGE", 0))}
+except Exception as exc:  # dj-database-url raises several types for a bad URL
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, worker) share the file in the embedded setup.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME")} if env_str("TEST_DATABASE_NAME") else {}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "optgate.api.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "OptGate API",
+    "DESCRIPTION": "Release gate and governance for LLM inference optimizations.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Celery. The embedded default is kombu's SQLAlchemy transport on a SQLite file: no server.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", f"sqla+sqlite:///{VAR_DIR / 'broker.sqlite3'}")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Engine launches: a model path must lie under one of these roots (no traversal, no symlink escape).
+OPTGATE_KIT_DIR = Path(env_str("OPTGATE_KIT_DIR", str(Path.home() / ".cache" / "optgate" / "kit")) or "")
+OPTGATE_MODEL_ROOTS = env_paths("OPTGATE_MODEL_ROOTS", [OPTGATE_KIT_DIR])
+# Registration also runs vLLM's own argument parser (in a subprocess) when vLLM is installed.
+_vllm_check = (env_str("OPTGATE_VALIDATE_WITH_VLLM", "auto") or "auto").lower()
+if _vllm_check not in {"auto", "on", "off"}:
+    raise ImproperlyConfigured(f"OPTGATE_VALIDATE_WITH_VLLM={_vllm_check!r} must be auto, on or off")
+OPTGATE_VALIDATE_WITH_VLLM = _vllm_check == "on" or (
+    _vllm_check == "auto" and importlib.util.find_spec("vllm") is not None
+)
+OPTGATE_ARTIFACTS_DIR = Path(env_str("OPTGATE_ARTIFACTS_DIR", str(VAR_DIR / "artifacts")) or "")
+OPTGATE_HARDWARE_CLASS = env_str("OPTGATE_HARDWARE_CLASS", "cpu-generic") or "cpu-generic"
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "optgate@localhost")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+if not DEBUG and not env_bool("OPTGATE_EMBEDDED", True):
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

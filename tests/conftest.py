@@ -1,0 +1,157 @@
+"""The test cast and shared fixtures.
+
+Cast: ``erin`` the engineer who owns tickets, ``evan`` a second engineer, ``rita`` a platform
+reviewer, ``bella`` a business-owner reviewer, ``ada`` an admin, and ``olga`` an outsider with no
+role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from gates import services as gate_services
+from gates.models import ReleaseTicket, TaskType
+from ledger import services as ledger_services
+from ledger.models import Backend
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Model paths in tests live under a private root; vLLM's own parser is exercised only by
+    # the engine tests that ask for it, since importing vLLM costs seconds per call.
+    root = tmp_path_factory.getbasetemp() / "models"
+    root.mkdir(exist_ok=True)
+    settings.OPTGATE_MODEL_ROOTS = [root.resolve()]
+    settings.OPTGATE_VALIDATE_WITH_VLLM = False
+
+
+@pytest.fixture
+def model_root(settings: Any) -> Path:
+    return Path(settings.OPTGATE_MODEL_ROOTS[0])
+
+
+def _user(username: str, role: str | None) -> User:
+    user = User.objects.create_user(username=username, password="pw-" + username, email=f"{username}@example.com")
+    if role:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+@pytest.fixture
+def erin(db: None) -> User:
+    return _user("erin", "engineer")
+
+
+@pytest.fixture
+def evan(db: None) -> User:
+    return _user("evan", "engineer")
+
+
+@pytest.fixture
+def rita(db: None) -> User:
+    return _user("rita", "reviewer")
+
+
+@pytest.fixture
+def bella(db: None) -> User:
+    return _user("bella", "reviewer")
+
+
+@pytest.fixture
+def ada(db: None) -> User:
+    user = _user("ada", "admin")
+    return user
+
+
+@pytest.fixture
+def olga(db: None) -> User:
+    return _user("olga", None)
+
+
+@pytest.fixture
+def api_for() -> Callable[[User | None], APIClient]:
+    """An API client authenticated with the user's token (or anonymous for None)."""
+
+    def make(user: User | None) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            token, _ = Token.objects.get_or_create(user=user)
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make
+
+
+def backend_fields(model_root: Path, name: str, **overrides: Any) -> dict[str, Any]:
+    (model_root / "kit-base").mkdir(exist_ok=True)
+    fields: dict[str, Any] = {
+        "name": name,
+        "model_id": "optgate/kit-base",
+        "model_path": str(model_root / "kit-base"),
+        "model_revision": "sha256:" + "ab" * 32,
+        "engine_version": "0.32.0",
+        "hardware_class": "cpu-avx2",
+        "engine_args": {"max_model_len": 2048, "seed": 0},
+        "sampling_params": {"temperature": 0.0, "max_tokens": 128},
+        "model_card": {"quantization_method": "none", "allowed_tasks": []},
+    }
+    fields.update(overrides)
+    return fields
+
+
+@pytest.fixture
+def make_backend(model_root: Path, erin: User) -> Callable[..., Backend]:
+    def make(name: str, **overrides: Any) -> Backend:
+        backend, _ = ledger_services.backend_register(actor=erin, **backend_fields(model_root, name, **overrides))
+        return backend
+
+    return make
+
+
+@pytest.fixture
+def baseline(make_backend: Callable[..., Backend]) -> Backend:
+    return make_backend("kit-bf16")
+
+
+@pytest.fixture
+def candidate(make_backend: Callable[..., Backend]) -> Backend:
+    return make_backend("kit-bf16-prefix-cache", engine_args={"max_model_len": 2048, "seed": 0,
+                                                              "enable_prefix_caching": True})  # fmt: skip
+
+
+def ticket_fields(baseline: Backend, candidate: Backend, **overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "title": "Prefix caching for the knowledge assistant",
+        "mechanisms": ["prefix_cache"],
+        "bottleneck": "prefill",
+        "bottleneck_evidence": "TTFT p95 3.1 s on 6k-token documents; prefill is 80% of E2E",
+        "baseline": baseline,
+        "candidate": candidate,
+        "beneficiary_tasks": list(TaskType.objects.filter(slug="knowledge_qa")),
+        "risk_tasks": list(TaskType.objects.filter(slug="compliance_qa")),
+        "benefit_metrics": ["ttft_p95", "prefix_cache_hit_rate"],
+        "guardrail_metrics": ["citation_accuracy", "refusal_accuracy"],
+        "rollback_target": baseline,
+        "rollback_plan": {
+            "sacrifices": "TTFT gain on shared documents",
+            "warmup": "none: baseline stays loaded",
+            "inflight_streams": "finish on the candidate; new requests go to the baseline",
+            "route_update": "knowledge_qa route back to kit-bf16",
+        },
+        "observation_window_hours": 72,
+        "canary_scope": {"tenants": ["tenant-a"], "business_domain": "support"},
+    }
+    fields.update(overrides)
+    return fields
+
+
+@pytest.fixture
+def draft(erin: User, baseline: Backend, candidate: Backend) -> ReleaseTicket:
+    return gate_services.ticket_create(owner=erin, **ticket_fields(baseline, candidate))
