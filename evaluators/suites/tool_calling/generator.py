@@ -1,0 +1,91 @@
+"""Deterministic generator for the tool-calling suite.
+
+Each prompt lists three tools (the right one and two distractors, in shuffled order)
+and one request whose argument values appear literally in it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from datetime import date, timedelta
+from typing import Any
+
+from evaluators.suites.base import GeneratedFiles, sample_id, to_jsonl
+from evaluators.suites.tool_calling.tools import TOOLS, tool_spec
+
+SLUG = "tool_calling"
+SEED = 7606
+SAMPLE_COUNT = 60
+TOOLS_PER_PROMPT = 3
+
+CITIES = ["Lisbon", "Nairobi", "Osaka", "Quito", "Tromso", "Adelaide", "Lima", "Hanoi"]
+TITLES = ["Printer jam", "Login fails", "Refund missing", "App crash", "Slow export", "Card blocked"]
+PEOPLE = ["ana", "raj", "li", "mo", "eva", "sam"]
+DOMAINS = ["example.com", "corp.test", "mail.test"]
+
+Arguments = dict[str, Any]
+# tool name -> (request pattern, arguments picker); the pattern is formatted with the arguments.
+REQUESTS: dict[str, tuple[str, Callable[[random.Random], Arguments]]] = {
+    "get_weather": (
+        "What is the weather in {city} right now, in {unit}?",
+        lambda r: {"city": r.choice(CITIES), "unit": r.choice(["celsius", "fahrenheit"])},
+    ),
+    "create_ticket": (
+        "Open a {priority} priority ticket titled '{title}' for customer {customer_id}.",
+        lambda r: {
+            "title": r.choice(TITLES),
+            "priority": r.choice(["low", "medium", "high", "urgent"]),
+            "customer_id": r.randint(100, 9999),
+        },
+    ),
+    "lookup_order": (
+        "Look up order {order_id} for me.",
+        lambda r: {"order_id": f"ORD-{r.randint(0, 999999):06d}"},
+    ),
+    "transfer_funds": (
+        "Transfer {amount} {currency} from account {from_account} to account {to_account}.",
+        lambda r: {
+            "from_account": f"{r.randint(0, 99999999):08d}",
+            "to_account": f"{r.randint(0, 99999999):08d}",
+            "amount": r.randint(5, 5000),
+            "currency": r.choice(["USD", "EUR", "GBP"]),
+        },
+    ),
+    "book_meeting": (
+        "Book a {duration_minutes} minute meeting with {attendee} on {date}.",
+        lambda r: {
+            "attendee": f"{r.choice(PEOPLE)}@{r.choice(DOMAINS)}",
+            "date": (date(2025, 1, 6) + timedelta(days=r.randint(0, 300))).isoformat(),
+            "duration_minutes": r.choice([15, 30, 45, 60, 90]),
+        },
+    ),
+}
+
+PROMPT_HEAD = 'Call one tool. Reply with only JSON: {"name": ..., "arguments": {...}}.\nTools:\n'
+
+
+def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
+    names = list(TOOLS)
+    name = names[index % len(names)]
+    pattern, pick = REQUESTS[name]
+    arguments = pick(rng)
+    shown = [name, *rng.sample([n for n in names if n != name], TOOLS_PER_PROMPT - 1)]
+    rng.shuffle(shown)
+    tools = [tool_spec(n) for n in shown]
+    tool_lines = "\n".join(json.dumps(t, separators=(",", ":")) for t in tools)
+    return {
+        "id": sample_id(SLUG, index),
+        "prompt": PROMPT_HEAD + tool_lines + "\n\nRequest: " + pattern.format(**arguments) + "\n",
+        "target": json.dumps({"name": name, "arguments": arguments}),
+        "template": name,
+        # A JSON string, not nested objects: HF datasets would merge differing schemas into nullable structs.
+        "tools_json": json.dumps(tools, separators=(",", ":")),
+    }
+
+
+def build() -> GeneratedFiles:
+    """Return the suite's ``samples.jsonl``, identical on every call."""
+    rng = random.Random(SEED)
+    return {"samples.jsonl": to_jsonl([_make_sample(rng, i) for i in range(SAMPLE_COUNT)])}
