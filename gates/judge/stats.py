@@ -1,0 +1,455 @@
+"""Paired statistics for the gate: pure functions, seeded, no Django.
+
+Conventions used throughout:
+
+* ``effect`` is always *candidate relative to baseline*: a difference ``cand − base`` for pass
+  rates and scores, a ratio ``cand / base`` for latency and throughput.
+* ``interval`` is a two-sided confidence interval at ``confidence`` for that effect.
+* Random resampling uses ``numpy.random.default_rng(seed)`` so the same inputs and seed always give
+  the same interval (a verdict must be reproducible from the ledger).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from scipy import optimize
+from scipy import stats as sps
+
+Status = Literal["pass", "fail", "inconclusive"]
+Stat = Literal["median", "p95", "p99", "p90", "mean"]
+# Per-sample values: plain sequences from the services, numpy arrays from tests and the evaluators.
+Values = Sequence[float] | npt.NDArray[np.floating[Any]]
+
+# Beyond this many extra samples the effect sits so close to the decision threshold that more
+# evidence is not an economical way to settle it; the verdict says "at least this many".
+SAMPLES_NEEDED_CAP = 10_000
+DEFAULT_N_BOOT = 2_000
+# Bootstrap replicates are computed in blocks so a 10k-request latency list does not allocate
+# n_boot × n indices at once.
+_BOOT_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class PairedProportionResult:
+    """McNemar-style comparison of paired pass/fail outcomes against a non-inferiority margin."""
+
+    test: str
+    n: int
+    base_rate: float
+    cand_rate: float
+    losses: int  # b: baseline passed, candidate failed
+    gains: int  # c: baseline failed, candidate passed
+    effect: float  # cand_rate − base_rate
+    interval: tuple[float, float]
+    p_value: float
+    confidence: float
+    margin: float
+    status: Status
+    std_error: float
+
+    @property
+    def b(self) -> int:
+        return self.losses
+
+    @property
+    def c(self) -> int:
+        return self.gains
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """A bootstrap estimate of a difference or ratio, with a percentile interval."""
+
+    test: str
+    n_base: int
+    n_cand: int
+    baseline: float
+    candidate: float
+    effect: float
+    interval: tuple[float, float]
+    p_value: float  # two-sided bootstrap p for "no change" (diff 0 / ratio 1)
+    confidence: float
+    n_boot: int
+    seed: int
+    paired: bool
+    std_error: float  # bootstrap standard error of the effect
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MannWhitneyResult:
+    """Rank test for a shift between two unpaired samples."""
+
+    test: str
+    n_base: int
+    n_cand: int
+    statistic: float
+    p_value: float
+    prob_cand_greater: float  # common-language effect size P(cand > base)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.5 <= confidence < 1:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
+
+
+def _z(confidence: float) -> float:
+    """Two-sided normal quantile for ``confidence``."""
+    return float(sps.norm.ppf(1 - (1 - confidence) / 2))
+
+
+def classify_noninferiority(
+    effect: float, interval: tuple[float, float], margin: float, significant_regression: bool
+) -> Status:
+    """Decide a non-inferiority question on a "higher is better" scale where 0 means no change.
+
+    * pass: the lower bound is above ``-margin`` (any regression is smaller than the margin);
+    * fail: the whole interval lies below ``-margin``, or the regression is significant and its
+      point estimate is beyond the margin (a clear regression need not wait for a tight interval);
+    * otherwise inconclusive.
+
+    Failure is tested first; since the interval always contains the point estimate, both can
+    never hold. Identical inputs give ``effect == 0`` and an interval containing 0, so they can
+    never fail for any ``margin >= 0``.
+    """
+    lower, upper = interval
+    if upper < -margin or (significant_regression and effect < -margin):
+        return "fail"
+    if lower > -margin:
+        return "pass"
+    return "inconclusive"
+
+
+def classify_improvement(effect: float, interval: tuple[float, float], min_improvement: float) -> Status:
+    """Decide "did it improve by at least ``min_improvement``" on a "higher is better" scale.
+
+    pass: significantly better than no change and the point estimate reaches the minimum;
+    fail: the interval's upper bound is below the minimum (confidently not enough benefit);
+    otherwise inconclusive. No change at all therefore fails whenever the interval is tight,
+    which is intended: an optimization that does not improve its objective has no case.
+    """
+    lower, upper = interval
+    if upper < min_improvement:
+        return "fail"
+    if lower > 0 and effect >= min_improvement:
+        return "pass"
+    return "inconclusive"
+
+
+def _tango_score(delta0: float, gains: int, losses: int, n: int) -> float:
+    """Tango's (1998) score statistic for H0: p(gain) − p(loss) = delta0 in a paired design."""
+    a = 2 * n
+    b = -gains - losses + (2 * n - gains + losses) * delta0
+    c = -losses * delta0 * (1 - delta0)
+    # Restricted MLE of the loss-cell probability under H0.
+    p_loss = (math.sqrt(max(b * b - 4 * a * c, 0.0)) - b) / (2 * a)
+    numerator = gains - losses - n * delta0
+    variance = n * (2 * p_loss + delta0 * (1 - delta0))
+    if variance <= 0:
+        return 0.0 if numerator == 0 else math.copysign(math.inf, numerator)
+    return numerator / math.sqrt(variance)
+
+
+def paired_difference_interval(gains: int, losses: int, n: int, confidence: float) -> tuple[float, float]:
+    """Tango score interval for the paired difference in pass rates (candidate − baseline).
+
+    Chosen over the Wald interval because it stays honest with zero discordant pairs: at n = 8
+    with no disagreements it is about ±0.32, not the misleading [0, 0].
+    """
+    _check_confidence(confidence)
+    if n <= 0:
+        return (-1.0, 1.0)
+    z = _z(confidence)
+    estimate = (gains - losses) / n
+    eps = 1e-12
+
+    def lower_root(d: float) -> float:
+        return _tango_score(d, gains, losses, n) - z
+
+    def upper_root(d: float) -> float:
+        return _tango_score(d, gains, losses, n) + z
+
+    # The score is decreasing in delta0, so each bound is the single root on its side.
+    lo_start = -1 + eps
+    if estimate <= lo_start or lower_root(lo_start) <= 0:
+        lower = -1.0
+    else:
+        lower = float(optimize.brentq(lower_root, lo_start, estimate, xtol=1e-10))
+    hi_end = 1 - eps
+    if estimate >= hi_end or upper_root(hi_end) >= 0:
+        upper = 1.0
+    else:
+        upper = float(optimize.brentq(upper_root, estimate, hi_end, xtol=1e-10))
+    return (min(lower, estimate), max(upper, estimate))
+
+
+def mcnemar_noninferiority(
+    base: Sequence[bool], cand: Sequence[bool], margin: float, confidence: float = 0.95
+) -> PairedProportionResult:
+    """Paired pass/fail comparison: exact McNemar test plus a non-inferiority decision.
+
+    ``base[i]`` and ``cand[i]`` must be the same sample. The p-value is the exact two-sided
+    binomial test on the discordant pairs (H0: a loss is as likely as a gain); the interval is the
+    Tango score interval for ``cand_rate − base_rate``. The decision follows
+    :func:`classify_noninferiority`, with "significant" meaning p < 1 − confidence and more
+    losses than gains.
+    """
+    _check_confidence(confidence)
+    if len(base) != len(cand):
+        raise ValueError(f"paired samples differ in length: {len(base)} vs {len(cand)}")
+    if not 0 <= margin <= 1:
+        raise ValueError(f"margin must be in [0, 1], got {margin}")
+    n = len(base)
+    losses = sum(1 for b, c in zip(base, cand, strict=True) if b and not c)
+    gains = sum(1 for b, c in zip(base, cand, strict=True) if c and not b)
+    base_rate = sum(map(bool, base)) / n if n else 0.0
+    cand_rate = sum(map(bool, cand)) / n if n else 0.0
+    effect = (gains - losses) / n if n else 0.0
+    interval = paired_difference_interval(gains, losses, n, confidence)
+    discordant = gains + losses
+    p_value = float(sps.binomtest(losses, discordant, 0.5).pvalue) if discordant else 1.0
+    significant = p_value < 1 - confidence and losses > gains
+    status: Status = "inconclusive" if n == 0 else classify_noninferiority(effect, interval, margin, significant)
+    # Per-pair variance of the difference, smoothed by one pseudo-discordance so that a tiny run
+    # with no disagreements still reports an uncertainty (used for the samples-needed estimate).
+    smoothed_discordance = (discordant + 1) / (n + 2)
+    std_error = math.sqrt(max(smoothed_discordance - effect**2, 1e-9) / max(n, 1))
+    return PairedProportionResult(
+        test="exact McNemar (binomial on discordant pairs) with Tango score interval",
+        n=n,
+        base_rate=base_rate,
+        cand_rate=cand_rate,
+        losses=losses,
+        gains=gains,
+        effect=effect,
+        interval=interval,
+        p_value=p_value,
+        confidence=confidence,
+        margin=margin,
+        status=status,
+        std_error=std_error,
+    )
+
+
+def _statistic(values: np.ndarray, stat: Stat, axis: int = -1) -> np.ndarray:
+    if stat == "mean":
+        return np.mean(values, axis=axis)
+    if stat == "median":
+        return np.median(values, axis=axis)
+    percentile = {"p90": 90, "p95": 95, "p99": 99}[stat]
+    return np.percentile(values, percentile, axis=axis)
+
+
+def _bootstrap_replicates(
+    base: np.ndarray, cand: np.ndarray, stat: Stat, n_boot: int, rng: np.random.Generator, paired: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap replicates of ``stat`` for both samples; paired resamples share indices."""
+    base_reps = np.empty(n_boot)
+    cand_reps = np.empty(n_boot)
+    for start in range(0, n_boot, _BOOT_BLOCK):
+        rows = min(_BOOT_BLOCK, n_boot - start)
+        base_idx = rng.integers(0, base.size, size=(rows, base.size))
+        cand_idx = base_idx if paired else rng.integers(0, cand.size, size=(rows, cand.size))
+        base_reps[start : start + rows] = _statistic(base[base_idx], stat)
+        cand_reps[start : start + rows] = _statistic(cand[cand_idx], stat)
+    return base_reps, cand_reps
+
+
+def _percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = 1 - confidence
+    lower, upper = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
+    return (float(lower), float(upper))
+
+
+def _bootstrap_p(replicates: np.ndarray, null: float) -> float:
+    """Two-sided bootstrap p-value for "no change": twice the smaller tail beyond ``null``."""
+    below = float(np.mean(replicates <= null))
+    above = float(np.mean(replicates >= null))
+    return min(1.0, 2 * min(below, above))
+
+
+def _as_array(values: Values, name: str) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains non-finite values")
+    return array
+
+
+def paired_bootstrap_mean_diff(
+    base_scores: Values,
+    cand_scores: Values,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> BootstrapResult:
+    """Paired bootstrap interval for ``mean(cand − base)`` of graded per-sample scores."""
+    _check_confidence(confidence)
+    base = _as_array(base_scores, "base_scores")
+    cand = _as_array(cand_scores, "cand_scores")
+    if base.size != cand.size:
+        raise ValueError(f"paired scores differ in length: {base.size} vs {cand.size}")
+    diffs = cand - base
+    rng = np.random.default_rng(seed)
+    replicates = np.empty(n_boot)
+    for start in range(0, n_boot, _BOOT_BLOCK):
+        rows = min(_BOOT_BLOCK, n_boot - start)
+        idx = rng.integers(0, diffs.size, size=(rows, diffs.size))
+        replicates[start : start + rows] = diffs[idx].mean(axis=1)
+    return BootstrapResult(
+        test="paired bootstrap of the mean score difference",
+        n_base=int(base.size),
+        n_cand=int(cand.size),
+        baseline=float(base.mean()),
+        candidate=float(cand.mean()),
+        effect=float(diffs.mean()),
+        interval=_percentile_interval(replicates, confidence),
+        p_value=_bootstrap_p(replicates, 0.0),
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        paired=True,
+        std_error=float(replicates.std(ddof=1)) if n_boot > 1 else 0.0,
+    )
+
+
+def bootstrap_ratio(
+    base_values: Values,
+    cand_values: Values,
+    stat: Stat = "median",
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    paired: bool = False,
+) -> BootstrapResult:
+    """Bootstrap percentile interval for ``stat(cand) / stat(base)`` (latency or throughput).
+
+    Unpaired by default (requests of a load test are not matched one to one); ``paired=True``
+    resamples the same indices from both, which needs equal lengths and is used when the values
+    are aligned by sample id. A baseline statistic of zero makes the ratio undefined and raises.
+    """
+    _check_confidence(confidence)
+    base = _as_array(base_values, "base_values")
+    cand = _as_array(cand_values, "cand_values")
+    if paired and base.size != cand.size:
+        raise ValueError(f"paired values differ in length: {base.size} vs {cand.size}")
+    base_stat = float(_statistic(base, stat))
+    cand_stat = float(_statistic(cand, stat))
+    if base_stat <= 0:
+        raise ValueError(f"baseline {stat} is {base_stat}; a ratio needs a positive baseline")
+    rng = np.random.default_rng(seed)
+    base_reps, cand_reps = _bootstrap_replicates(base, cand, stat, n_boot, rng, paired)
+    # A replicate whose baseline statistic is zero cannot form a ratio; treat it as unbounded.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(base_reps > 0, cand_reps / np.where(base_reps > 0, base_reps, 1.0), np.inf)
+    finite = ratios[np.isfinite(ratios)]
+    return BootstrapResult(
+        test=f"{'paired' if paired else 'unpaired'} bootstrap of the ratio of {stat}s",
+        n_base=int(base.size),
+        n_cand=int(cand.size),
+        baseline=base_stat,
+        candidate=cand_stat,
+        effect=cand_stat / base_stat,
+        interval=_percentile_interval(ratios, confidence),
+        p_value=_bootstrap_p(ratios, 1.0),
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        paired=paired,
+        std_error=float(finite.std(ddof=1)) if finite.size > 1 else math.inf,
+    )
+
+
+def bootstrap_diff(
+    base_values: Values,
+    cand_values: Values,
+    stat: Stat = "mean",
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> BootstrapResult:
+    """Unpaired bootstrap interval for ``stat(cand) − stat(base)`` (e.g. SLO attainment shares)."""
+    _check_confidence(confidence)
+    base = _as_array(base_values, "base_values")
+    cand = _as_array(cand_values, "cand_values")
+    rng = np.random.default_rng(seed)
+    base_reps, cand_reps = _bootstrap_replicates(base, cand, stat, n_boot, rng, paired=False)
+    diffs = cand_reps - base_reps
+    base_stat = float(_statistic(base, stat))
+    cand_stat = float(_statistic(cand, stat))
+    return BootstrapResult(
+        test=f"unpaired bootstrap of the difference of {stat}s",
+        n_base=int(base.size),
+        n_cand=int(cand.size),
+        baseline=base_stat,
+        candidate=cand_stat,
+        effect=cand_stat - base_stat,
+        interval=_percentile_interval(diffs, confidence),
+        p_value=_bootstrap_p(diffs, 0.0),
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        paired=False,
+        std_error=float(diffs.std(ddof=1)) if n_boot > 1 else 0.0,
+    )
+
+
+def mann_whitney(base_values: Values, cand_values: Values) -> MannWhitneyResult:
+    """Two-sided Mann-Whitney U test; an alternative to the bootstrap for a latency shift."""
+    base = _as_array(base_values, "base_values")
+    cand = _as_array(cand_values, "cand_values")
+    result = sps.mannwhitneyu(cand, base, alternative="two-sided")
+    statistic = float(result.statistic)
+    return MannWhitneyResult(
+        test="Mann-Whitney U (two-sided)",
+        n_base=int(base.size),
+        n_cand=int(cand.size),
+        statistic=statistic,
+        p_value=float(result.pvalue),
+        prob_cand_greater=statistic / (base.size * cand.size),
+    )
+
+
+def samples_needed(
+    *,
+    n: int,
+    effect: float,
+    threshold: float,
+    std_error: float,
+    confidence: float = 0.95,
+    power: float = 0.8,
+    cap: int = SAMPLES_NEEDED_CAP,
+) -> int:
+    """Further samples likely to settle whether ``effect`` lies above or below ``threshold``.
+
+    A power-style estimate: assume the observed effect is the truth and the standard error shrinks
+    as 1/√n, then find the total n at which the two-sided interval would exclude the threshold with
+    probability ``power``:  n_total = n · ((z_{α/2} + z_power) · SE / |effect − threshold|)².
+    Returns the extra samples (at least 1), capped at ``cap``: when the effect sits (almost) on the
+    threshold no affordable sample size settles it, and the cap says "at least this many".
+    """
+    _check_confidence(confidence)
+    if n <= 0 or not math.isfinite(std_error) or std_error <= 0:
+        return cap
+    distance = abs(effect - threshold)
+    if distance < 1e-12:
+        return cap
+    z_total = _z(confidence) + float(sps.norm.ppf(power))
+    n_total = n * (z_total * std_error / distance) ** 2
+    extra = math.ceil(n_total) - n
+    return int(min(cap, max(1, extra)))

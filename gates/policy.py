@@ -1,0 +1,431 @@
+"""Gate policies: versioned YAML documents, validated on load into frozen dataclasses.
+
+A policy says, per task type, which metrics are guardrails (non-inferiority with a margin),
+which may be traded, which must improve, the SLOs used for goodput and the minimum sample counts;
+and, per mechanism, the extra rules the source chapter asks for. An invalid document raises
+:class:`PolicyError` whose message names the path in the document and the problem, e.g.
+``tasks.dataagent_nl2sql.guardrails[0].margin: must be a number between 0 and 1``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gates.judge.metrics import METRIC_SPECS, is_quality
+
+POLICY_DIR = Path(__file__).resolve().parent / "policies"
+
+MECHANISMS = ("speculative_decoding", "prefix_cache", "weight_quantization", "kv_cache_quantization")
+QUANTIZATION_MECHANISMS = ("weight_quantization", "kv_cache_quantization")
+BOTTLENECKS = ("queueing", "prefill", "decode", "kv_memory", "structured_output")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_POLICY_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+class PolicyError(ValueError):
+    """A policy document is invalid or cannot be found; ``errors`` lists (path, problem) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{path}: {problem}" if path else problem for path, problem in errors))
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    """One metric of a task: a guardrail, a tradeable metric or an objective."""
+
+    metric: str
+    kind: str  # guardrail | tradeable | objective
+    label: str
+    confidence: float = 0.95
+    margin: float | None = None  # guardrails: absolute for rates/scores, relative for perf
+    min_improvement: float | None = None  # objectives: absolute for rates/scores, relative for perf
+    critical: bool = False
+
+
+@dataclass(frozen=True)
+class Slos:
+    """Per-request service-level objectives; a request meeting all of them counts toward goodput."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class MinSamples:
+    quality: int = 30
+    latency: int = 30
+
+
+@dataclass(frozen=True)
+class TaskPolicy:
+    task: str
+    description: str
+    guardrails: tuple[MetricRule, ...]
+    tradeable: tuple[MetricRule, ...]
+    objectives: tuple[MetricRule, ...]
+    slos: Slos
+    min_samples: MinSamples
+
+
+@dataclass(frozen=True)
+class SpeculativeDecodingRule:
+    """Drafts must be accepted often enough, and E2E P50 and P95 must both beat the baseline."""
+
+    min_acceptance_rate: float = 0.5
+    min_e2e_improvement: float = 0.02
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class PrefixCacheRule:
+    """The cache must hit, and TTFT on the shared-prefix workload must fall."""
+
+    min_hit_rate: float = 0.3
+    min_ttft_improvement: float = 0.1
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class QuantizationRule:
+    """Tasks whose quality guardrails become critical (veto) under this mechanism."""
+
+    critical_tasks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BottleneckRule:
+    """The ticket's targeted bottleneck: the first metric with evidence must move."""
+
+    bottleneck: str
+    metrics: tuple[str, ...]
+    min_improvement: float = 0.05
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated, versioned gate policy."""
+
+    name: str
+    version: int
+    dry_run: bool
+    description: str
+    tasks: Mapping[str, TaskPolicy]
+    speculative_decoding: SpeculativeDecodingRule
+    prefix_cache: PrefixCacheRule
+    quantization: Mapping[str, QuantizationRule]
+    bottlenecks: Mapping[str, BottleneckRule]
+    n_boot: int = 2000
+    seed: int = 0
+    source: str | None = field(default=None, compare=False)
+
+    @property
+    def version_label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def task(self, task: str) -> TaskPolicy | None:
+        return self.tasks.get(task)
+
+    def critical_tasks_for(self, mechanisms: tuple[str, ...] | list[str]) -> frozenset[str]:
+        """Tasks whose quality guardrails veto, given the ticket's mechanisms."""
+        names: set[str] = set()
+        for mechanism in mechanisms:
+            rule = self.quantization.get(mechanism)
+            if rule:
+                names.update(rule.critical_tasks)
+        return frozenset(names)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version_label"] = self.version_label
+        return data
+
+
+class _Validator:
+    """Walks a parsed document, collecting every (path, problem) instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def error(self, path: str, problem: str) -> None:
+        self.errors.append((path, problem))
+
+    def mapping(
+        self, value: Any, path: str, allowed: set[str], required: frozenset[str] | set[str] = frozenset()
+    ) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.error(path, "must be a mapping")
+            return {}
+        for key in sorted(set(value) - allowed, key=str):
+            self.error(_join(path, str(key)), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        for key in sorted(required - set(value)):
+            self.error(_join(path, key), "is required")
+        return value
+
+    def number(
+        self, value: Any, path: str, low: float, high: float, default: float, *, open_high: bool = False
+    ) -> float:
+        if value is None:
+            return default
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if not bad and (value < low or value > high or (open_high and value >= high)):
+            bad = True
+        if bad:
+            upper = f"below {high:g}" if open_high else f"{high:g}"
+            self.error(path, f"must be a number between {low:g} and {upper}")
+            return default
+        return float(value)
+
+    def integer(self, value: Any, path: str, low: int, default: int) -> int:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            self.error(path, f"must be an integer of at least {low}")
+            return default
+        return value
+
+    def boolean(self, value: Any, path: str, default: bool) -> bool:
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.error(path, "must be true or false")
+            return default
+        return value
+
+    def string(self, value: Any, path: str, default: str = "") -> str:
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            self.error(path, "must be a string")
+            return default
+        return value
+
+    def metric_name(self, value: Any, path: str) -> str | None:
+        if not isinstance(value, str) or value not in METRIC_SPECS:
+            self.error(path, f"unknown metric {value!r} (known: {', '.join(sorted(METRIC_SPECS))})")
+            return None
+        return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+_RULE_KEYS = {
+    "guardrail": {"metric", "label", "margin", "confidence", "critical"},
+    "tradeable": {"metric", "label"},
+    "objective": {"metric", "label", "min_improvement", "confidence"},
+}
+
+
+def _metric_rules(v: _Validator, items: Any, path: str, kind: str) -> tuple[MetricRule, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        v.error(path, "must be a list")
+        return ()
+    rules = []
+    for index, item in enumerate(items):
+        item_path = f"{path}[{index}]"
+        raw = v.mapping(item, item_path, _RULE_KEYS[kind], {"metric"})
+        if not raw:
+            continue
+        metric = v.metric_name(raw.get("metric"), f"{item_path}.metric")
+        if metric is None:
+            continue
+        label = v.string(raw.get("label"), f"{item_path}.label", METRIC_SPECS[metric].label)
+        confidence = v.number(raw.get("confidence"), f"{item_path}.confidence", 0.5, 1, 0.95, open_high=True)
+        if kind == "guardrail":
+            if "margin" not in raw:
+                v.error(f"{item_path}.margin", "is required")
+            margin = v.number(raw.get("margin"), f"{item_path}.margin", 0, 1, 0.0)
+            critical = v.boolean(raw.get("critical"), f"{item_path}.critical", False)
+            rules.append(MetricRule(metric, kind, label, confidence, margin=margin, critical=critical))
+        elif kind == "objective":
+            gain = v.number(raw.get("min_improvement"), f"{item_path}.min_improvement", 0, 1, 0.0)
+            rules.append(MetricRule(metric, kind, label, confidence, min_improvement=gain))
+        else:
+            rules.append(MetricRule(metric, kind, label, confidence))
+    return tuple(rules)
+
+
+def _task_policy(v: _Validator, task: str, raw: Any, path: str) -> TaskPolicy:
+    raw = v.mapping(
+        raw, path, {"description", "guardrails", "tradeable", "objectives", "slos", "min_samples"}, {"guardrails"}
+    )
+    guardrails = _metric_rules(v, raw.get("guardrails"), f"{path}.guardrails", "guardrail")
+    if raw and not any(is_quality(rule.metric) for rule in guardrails) and "guardrails" in raw:
+        v.error(f"{path}.guardrails", "must include at least one quality metric (a pass/fail rate or score)")
+    slos_raw = v.mapping(raw.get("slos") or {}, f"{path}.slos", {"ttft_ms", "tpot_ms", "e2e_ms"})
+    slos = Slos(
+        **{
+            key: (v.number(slos_raw[key], f"{path}.slos.{key}", 0, 3_600_000, 0.0) if key in slos_raw else None)
+            for key in ("ttft_ms", "tpot_ms", "e2e_ms")
+        }
+    )
+    min_raw = v.mapping(raw.get("min_samples") or {}, f"{path}.min_samples", {"quality", "latency"})
+    min_samples = MinSamples(
+        quality=v.integer(min_raw.get("quality"), f"{path}.min_samples.quality", 1, 30),
+        latency=v.integer(min_raw.get("latency"), f"{path}.min_samples.latency", 1, 30),
+    )
+    return TaskPolicy(
+        task=task,
+        description=v.string(raw.get("description"), f"{path}.description"),
+        guardrails=guardrails,
+        tradeable=_metric_rules(v, raw.get("tradeable"), f"{path}.tradeable", "tradeable"),
+        objectives=_metric_rules(v, raw.get("objectives"), f"{path}.objectives", "objective"),
+        slos=slos,
+        min_samples=min_samples,
+    )
+
+
+def _mechanisms(
+    v: _Validator, raw: Any, tasks: Mapping[str, TaskPolicy]
+) -> tuple[SpeculativeDecodingRule, PrefixCacheRule, dict[str, QuantizationRule]]:
+    raw = v.mapping(raw or {}, "mechanisms", set(MECHANISMS))
+    sd = v.mapping(
+        raw.get("speculative_decoding") or {},
+        "mechanisms.speculative_decoding",
+        {"min_acceptance_rate", "min_e2e_improvement", "confidence"},
+    )
+    speculative = SpeculativeDecodingRule(
+        min_acceptance_rate=v.number(
+            sd.get("min_acceptance_rate"), "mechanisms.speculative_decoding.min_acceptance_rate", 0, 1, 0.5
+        ),
+        min_e2e_improvement=v.number(
+            sd.get("min_e2e_improvement"), "mechanisms.speculative_decoding.min_e2e_improvement", 0, 1, 0.02
+        ),
+        confidence=v.number(
+            sd.get("confidence"), "mechanisms.speculative_decoding.confidence", 0.5, 1, 0.95, open_high=True
+        ),
+    )
+    pc = v.mapping(
+        raw.get("prefix_cache") or {}, "mechanisms.prefix_cache", {"min_hit_rate", "min_ttft_improvement", "confidence"}
+    )
+    prefix = PrefixCacheRule(
+        min_hit_rate=v.number(pc.get("min_hit_rate"), "mechanisms.prefix_cache.min_hit_rate", 0, 1, 0.3),
+        min_ttft_improvement=v.number(
+            pc.get("min_ttft_improvement"), "mechanisms.prefix_cache.min_ttft_improvement", 0, 1, 0.1
+        ),
+        confidence=v.number(pc.get("confidence"), "mechanisms.prefix_cache.confidence", 0.5, 1, 0.95, open_high=True),
+    )
+    quantization = {}
+    for mechanism in QUANTIZATION_MECHANISMS:
+        path = f"mechanisms.{mechanism}"
+        q = v.mapping(raw.get(mechanism) or {}, path, {"critical_tasks"})
+        names = q.get("critical_tasks") or []
+        if not isinstance(names, list):
+            v.error(f"{path}.critical_tasks", "must be a list of task types")
+            names = []
+        for index, name in enumerate(names):
+            if name not in tasks:
+                v.error(f"{path}.critical_tasks[{index}]", f"unknown task type {name!r} (not under tasks)")
+        quantization[mechanism] = QuantizationRule(tuple(str(name) for name in names))
+    return speculative, prefix, quantization
+
+
+def _bottlenecks(v: _Validator, raw: Any) -> dict[str, BottleneckRule]:
+    raw = v.mapping(raw or {}, "bottlenecks", set(BOTTLENECKS))
+    rules = {}
+    for name, item in raw.items():
+        path = f"bottlenecks.{name}"
+        item = v.mapping(item, path, {"metrics", "min_improvement", "confidence"}, {"metrics"})
+        metrics = item.get("metrics")
+        if not isinstance(metrics, list) or not metrics:
+            if "metrics" in item:
+                v.error(f"{path}.metrics", "must be a non-empty list of metrics")
+            continue
+        names = tuple(m for i, m in enumerate(metrics) if v.metric_name(m, f"{path}.metrics[{i}]"))
+        rules[name] = BottleneckRule(
+            bottleneck=name,
+            metrics=names,
+            min_improvement=v.number(item.get("min_improvement"), f"{path}.min_improvement", 0, 1, 0.05),
+            confidence=v.number(item.get("confidence"), f"{path}.confidence", 0.5, 1, 0.95, open_high=True),
+        )
+    return rules
+
+
+def policy_from_dict(document: Any, source: str | None = None) -> Policy:
+    """Validate a parsed policy document; raise :class:`PolicyError` listing every problem."""
+    v = _Validator()
+    top = {"name", "version", "dry_run", "description", "tasks", "mechanisms", "bottlenecks", "stats"}
+    raw = v.mapping(document, "", top, {"name", "version", "tasks"})
+    if not raw:
+        if not v.errors:
+            v.error("", "policy document is empty")
+        raise PolicyError(v.errors)
+    name = raw.get("name")
+    if not isinstance(name, str) or not _POLICY_NAME.match(name):
+        v.error("name", "must be a lower-case name (letters, digits, - and _)")
+        name = "invalid"
+    version = v.integer(raw.get("version"), "version", 1, 1)
+    tasks: dict[str, TaskPolicy] = {}
+    tasks_raw = raw.get("tasks")
+    if not isinstance(tasks_raw, dict) or not tasks_raw:
+        v.error("tasks", "must be a non-empty mapping of task type to rules")
+        tasks_raw = {}
+    for task, task_raw in tasks_raw.items():
+        if not isinstance(task, str) or not _NAME.match(task):
+            v.error(f"tasks.{task}", "task type must be a snake_case name")
+            continue
+        tasks[task] = _task_policy(v, task, task_raw, f"tasks.{task}")
+    speculative, prefix, quantization = _mechanisms(v, raw.get("mechanisms"), tasks)
+    stats_raw = v.mapping(raw.get("stats") or {}, "stats", {"n_boot", "seed"})
+    policy = Policy(
+        name=name,
+        version=version,
+        dry_run=v.boolean(raw.get("dry_run"), "dry_run", False),
+        description=v.string(raw.get("description"), "description"),
+        tasks=tasks,
+        speculative_decoding=speculative,
+        prefix_cache=prefix,
+        quantization=quantization,
+        bottlenecks=_bottlenecks(v, raw.get("bottlenecks")),
+        n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000),
+        seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
+        source=source,
+    )
+    if v.errors:
+        raise PolicyError(v.errors)
+    return policy
+
+
+def validate_policy_text(text: str, source: str | None = None) -> Policy:
+    """Parse YAML (or JSON, a YAML subset) and validate it."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
+        raise PolicyError([("", f"not valid YAML at {where}: {getattr(exc, 'problem', exc)}")]) from exc
+    return policy_from_dict(document, source=source)
+
+
+def load_policy(path_or_name: str | Path) -> Policy:
+    """Load a policy by file path, or by name from ``gates/policies/<name>.yaml``."""
+    path = Path(path_or_name)
+    if not path.suffix and not path.exists():
+        path = POLICY_DIR / f"{path_or_name}.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError([("", f"cannot read policy {str(path_or_name)!r}: {exc.strerror}")]) from exc
+    return validate_policy_text(text, source=str(path))
+
+
+def list_policies(directory: Path | None = None) -> list[Policy]:
+    """Every policy in ``directory`` (default ``gates/policies``), sorted by name and version.
+
+    An invalid file raises: a broken policy in the repository should stop the deploy, not vanish.
+    """
+    folder = directory or POLICY_DIR
+    policies = [load_policy(path) for path in sorted(folder.glob("*.yaml"))]
+    return sorted(policies, key=lambda p: (p.name, p.version))
