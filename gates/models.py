@@ -110,6 +110,13 @@ class ReleaseTicket(models.Model):
     canary_scope = models.JSONField(default=dict)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tickets")
     status = models.CharField(max_length=20, choices=TicketStatus.choices, default=TicketStatus.DRAFT, db_index=True)
+    # The evaluation runs the current decision is based on; set by the evaluation orchestration.
+    baseline_run = models.ForeignKey(
+        "evaluators.EvaluationRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    candidate_run = models.ForeignKey(
+        "evaluators.EvaluationRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
