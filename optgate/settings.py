@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from optgate.env import env_bool, env_int, env_list, env_paths, env_str
+from workers.env import env_json_object
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("OPTGATE_VAR_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "gates",
     "evaluators",
     "workers",
+    "django_celery_beat",
 ]
 
 MIDDLEWARE = [
@@ -137,6 +139,17 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Queues: ``gpu`` carries evaluations (one worker per GPU, concurrency 1), ``default`` the rest.
+CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {"default": {}, "gpu": {}}
+CELERY_TASK_ROUTES = {"optgate.evaluate_run": {"queue": "gpu"}}
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT_S", 300, minimum=10)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT_S", 360, minimum=10)
+# An unacknowledged message comes back after this long (Redis); longer than the longest evaluation.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 7200, minimum=10)}
+# Publishing while the broker is down fails fast; the sweeper re-sends from the database later.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TIMEZONE = "UTC"
 
 # Engine launches: a model path must lie under one of these roots (no traversal, no symlink escape).
 OPTGATE_KIT_DIR = Path(env_str("OPTGATE_KIT_DIR", str(Path.home() / ".cache" / "optgate" / "kit")) or "")
@@ -149,10 +162,32 @@ OPTGATE_VALIDATE_WITH_VLLM = _vllm_check == "on" or (
     _vllm_check == "auto" and importlib.util.find_spec("vllm") is not None
 )
 OPTGATE_ARTIFACTS_DIR = Path(env_str("OPTGATE_ARTIFACTS_DIR", str(VAR_DIR / "artifacts")) or "")
+OPTGATE_ENGINE_DEVICE = env_str("OPTGATE_ENGINE_DEVICE", "cpu") or "cpu"
+if OPTGATE_ENGINE_DEVICE not in {"cpu", "gpu"}:
+    raise ImproperlyConfigured(f"OPTGATE_ENGINE_DEVICE={OPTGATE_ENGINE_DEVICE!r} must be cpu or gpu")
+OPTGATE_ENGINE_STARTUP_TIMEOUT_S = env_int("OPTGATE_ENGINE_STARTUP_TIMEOUT_S", 900, minimum=10)
+OPTGATE_RUN_TIMEOUT_S = env_int("OPTGATE_RUN_TIMEOUT_S", 3600, minimum=60)
 OPTGATE_HARDWARE_CLASS = env_str("OPTGATE_HARDWARE_CLASS", "cpu-generic") or "cpu-generic"
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "optgate@localhost")
+
+# Workers: orchestration, schedules and notifications.
+OPTGATE_LOAD_PROFILE = env_json_object("OPTGATE_LOAD_PROFILE", {})
+OPTGATE_RUN_MAX_ATTEMPTS = env_int("OPTGATE_RUN_MAX_ATTEMPTS", 3, minimum=1)
+OPTGATE_REVIEW_INTERVAL_DAYS = env_int("OPTGATE_REVIEW_INTERVAL_DAYS", 91, minimum=1)
+OPTGATE_REVIEW_REMINDER_HOURS = env_int("OPTGATE_REVIEW_REMINDER_HOURS", 72, minimum=1)
+OPTGATE_REVIEW_DUE_DAYS = env_int("OPTGATE_REVIEW_DUE_DAYS", 14, minimum=1)
+OPTGATE_APPROVAL_TTL_DAYS = env_int("OPTGATE_APPROVAL_TTL_DAYS", 30, minimum=1)
+# Risk tiers whose tickets are promoted automatically at the end of the observation window.
+OPTGATE_AUTO_PROMOTE_RISK_TIERS = env_list("OPTGATE_AUTO_PROMOTE_RISK_TIERS", [])
+if set(OPTGATE_AUTO_PROMOTE_RISK_TIERS) - {"low", "medium", "high"}:
+    raise ImproperlyConfigured("OPTGATE_AUTO_PROMOTE_RISK_TIERS takes low, medium and/or high")
+OPTGATE_NOTIFY_WEBHOOK_URL = env_str("OPTGATE_NOTIFY_WEBHOOK_URL", "") or ""
+if OPTGATE_NOTIFY_WEBHOOK_URL and not OPTGATE_NOTIFY_WEBHOOK_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OPTGATE_NOTIFY_WEBHOOK_URL must be an http(s) URL")
+OPTGATE_NOTIFY_MAX_ATTEMPTS = env_int("OPTGATE_NOTIFY_MAX_ATTEMPTS", 5, minimum=1)
+OPTGATE_NOTIFY_TIMEOUT_S = env_int("OPTGATE_NOTIFY_TIMEOUT_S", 10, minimum=1)
 
 LOGGING = {
     "version": 1,

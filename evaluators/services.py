@@ -1,0 +1,325 @@
+"""Write paths of the evaluators app: requesting, executing, cancelling and retrying runs.
+
+``run_execute`` is what a GPU worker calls with a run id. It is safe to call twice for the same
+run: only the caller that moves the run from queued to running does the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from evaluators import pipeline
+from evaluators.engine import AttachedEngine, EngineHandle, EngineStartError, attach_engine, launch_engine
+from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, SampleRecord, TaskResult
+from evaluators.suites import get_suite
+from ledger.models import Backend
+from ledger.services import ledger_append
+from optgate.canonical import canonical_json, sha256_hex
+from optgate.errors import DomainError, InvalidInput
+
+logger = logging.getLogger(__name__)
+
+# Progress budget: engine start-up takes the first 10%, the tasks share the rest evenly.
+ENGINE_SHARE = 10
+
+
+class RunCancelled(Exception):
+    """The run was cancelled while it executed (by request or by SIGTERM)."""
+
+
+def _reuse_key(backend: Backend, profile: dict[str, Any], hardware_class: str, attach: str) -> str:
+    """What makes two runs' evidence interchangeable, apart from which tasks they cover."""
+    return sha256_hex(
+        canonical_json(
+            {
+                "fingerprint": backend.fingerprint,
+                "engine_version": backend.engine_version,
+                "hardware_class": hardware_class,
+                "profile": profile,
+                "attach": attach,
+            }
+        )
+    )
+
+
+def _covers(run: EvaluationRun, suite_versions: dict[str, str]) -> bool:
+    """True when ``run`` measured (or will measure) every requested task on the same suite version."""
+    return all(run.suite_versions.get(slug) == version for slug, version in suite_versions.items())
+
+
+def run_request(
+    *,
+    backend: Backend,
+    tasks: list[str],
+    load_profile: dict[str, Any] | None = None,
+    attach_base_url: str = "",
+    attach_model: str = "",
+    allow_reuse: bool = True,
+) -> tuple[EvaluationRun, bool]:
+    """Ask for evidence on ``backend``; returns ``(run, reused)``.
+
+    A run with the same backend fingerprint, engine version, hardware class and load profile
+    that covers every requested task on the same suite version, and that succeeded or is still
+    in flight, is reused instead of measuring again.
+    """
+    if not tasks:
+        raise InvalidInput({"tasks": "name at least one task type"})
+    try:
+        suite_versions = {slug: get_suite(slug).version for slug in tasks}
+    except ValueError as exc:
+        raise InvalidInput({"tasks": str(exc)}) from None
+    profile = {**pipeline.DEFAULT_LOAD_PROFILE, **(load_profile or {})}
+    hardware_class = backend.hardware_class
+    key = _reuse_key(backend, profile, hardware_class, attach_base_url)
+    with transaction.atomic(durable=True):
+        if allow_reuse:
+            candidates = (
+                EvaluationRun.objects.select_for_update()
+                .filter(reuse_key=key, status__in=[RunStatus.SUCCEEDED, RunStatus.QUEUED, RunStatus.RUNNING])
+                .order_by("-created_at")
+            )
+            # Prefer finished evidence over a run still in flight.
+            covering = sorted((r for r in candidates if _covers(r, suite_versions)),
+                              key=lambda r: r.status != RunStatus.SUCCEEDED)  # fmt: skip
+            if covering:
+                return covering[0], True
+        run = EvaluationRun.objects.create(
+            backend=backend,
+            tasks=list(tasks),
+            suite_versions=suite_versions,
+            engine_version=backend.engine_version,
+            hardware_class=hardware_class,
+            load_profile=profile,
+            reuse_key=key,
+            attach_base_url=attach_base_url,
+            attach_model=attach_model,
+            deadline_at=timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S),
+        )
+        ledger_append(
+            kind="evaluation.requested",
+            subject_type="run",
+            subject_id=run.pk,
+            subject_name=f"{backend.name} on {', '.join(tasks)}",
+            actor=None,
+            payload={"backend": backend.name, "fingerprint": backend.fingerprint, "tasks": tasks,
+                     "suite_versions": suite_versions, "load_profile": profile, "attach": attach_base_url},
+        )  # fmt: skip
+    return run, False
+
+
+def _progress(run: EvaluationRun, phase: str, progress: int) -> None:
+    EvaluationRun.objects.filter(pk=run.pk).update(phase=phase, progress=min(100, max(0, progress)))
+    EvaluationAttempt.objects.filter(run=run, status=RunStatus.RUNNING).update(phase=phase)
+
+
+def _claim(run_id: int, worker: str) -> tuple[EvaluationRun, EvaluationAttempt] | None:
+    """Move the run from queued to running and open an attempt; None when someone else has it."""
+    with transaction.atomic(durable=True):
+        run = EvaluationRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.QUEUED:
+            return None
+        if run.cancel_requested:
+            run.move(RunStatus.CANCELLED, phase="cancelled before start")
+            return None
+        run.move(RunStatus.RUNNING, phase="engine starting", progress=0, error="")
+        number = run.attempts.count() + 1
+        attempt = EvaluationAttempt.objects.create(run=run, number=number, worker=worker, phase="engine starting")
+    return run, attempt
+
+
+@contextmanager
+def _sigterm_cancels() -> Iterator[None]:
+    """Turn SIGTERM (a revoked Celery task, a stopping worker) into RunCancelled so teardown runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise RunCancelled("terminated by signal")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _open_engine(run: EvaluationRun, attempt: EvaluationAttempt) -> EngineHandle | AttachedEngine:
+    if run.attach_base_url:
+        return attach_engine(run.attach_base_url, run.attach_model or run.backend.name)
+    backend = run.backend
+    log_path = Path(settings.OPTGATE_ARTIFACTS_DIR) / "runs" / str(run.pk) / f"attempt-{attempt.number}" / "engine.log"
+
+    def record_process(handle: EngineHandle) -> None:
+        # Recorded before the long health wait, so a sweeper can kill the group if this worker dies.
+        EvaluationAttempt.objects.filter(pk=attempt.pk).update(
+            engine_pid=handle.pid, engine_pgid=handle.pgid, engine_log=str(log_path)
+        )
+
+    return launch_engine(
+        model_path=backend.model_path,
+        served_model_name=backend.name,
+        engine_args=backend.engine_args,
+        log_path=log_path,
+        model_roots=list(settings.OPTGATE_MODEL_ROOTS),
+        startup_timeout_s=settings.OPTGATE_ENGINE_STARTUP_TIMEOUT_S,
+        device="gpu" if settings.OPTGATE_ENGINE_DEVICE == "gpu" else "cpu",
+        on_spawn=record_process,
+    )
+
+
+def _store_task(run: EvaluationRun, outcome: pipeline.TaskOutcome) -> None:
+    with transaction.atomic():
+        TaskResult.objects.update_or_create(
+            run=run,
+            task=outcome.task,
+            defaults={
+                "suite_version": outcome.suite_version,
+                "quality": outcome.quality,
+                "performance": outcome.performance,
+                "requests": outcome.requests,
+                "engine_evidence": outcome.engine_evidence,
+                "error": "",
+            },
+        )
+        SampleRecord.objects.filter(run=run, task=outcome.task).delete()
+        SampleRecord.objects.bulk_create(
+            SampleRecord(run=run, task=outcome.task, sample_id=s.sample_id, prompt=s.prompt, target=s.target,
+                         output=s.output, passed=s.passed, score=s.score, failure_reason=s.failure_reason,
+                         detail=s.detail, latency_ms=s.latency_ms)
+            for s in outcome.samples
+        )  # fmt: skip
+
+
+def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bool] | None = None) -> EvaluationRun:
+    """Execute a queued run end to end and store its evidence; return the run as it ended.
+
+    The engine is always torn down, whether the run succeeds, fails, times out or is cancelled.
+    An engine that dies or cannot start ends the run in ``error`` with the engine's last log
+    lines: an infrastructure problem is never counted as the candidate failing a task.
+    """
+    worker = worker or socket.gethostname()
+    claimed = _claim(run_id, worker)
+    if claimed is None:
+        return EvaluationRun.objects.get(pk=run_id)
+    run, attempt = claimed
+
+    def cancelled() -> bool:
+        requested = EvaluationRun.objects.filter(pk=run.pk, cancel_requested=True).exists()
+        return requested or bool(cancel_check and cancel_check())
+
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    status, error = RunStatus.SUCCEEDED, ""
+    engine: EngineHandle | AttachedEngine | None = None
+    try:
+        with _sigterm_cancels():
+            engine = _open_engine(run, attempt)
+            timings["engine_up_s"] = round(time.monotonic() - started, 3)
+            _progress(run, "engine ready", ENGINE_SHARE)
+            share = (100 - ENGINE_SHARE) / len(run.tasks)
+            for k, slug in enumerate(run.tasks):
+                if cancelled():
+                    raise RunCancelled("cancel requested")
+                task_started = time.monotonic()
+
+                def on_phase(phase: str, k: int = k, slug: str = slug) -> None:
+                    offset = 0 if phase == "quality" else share / 2
+                    label = f"{phase} {slug} (task {k + 1} of {len(run.tasks)})"
+                    _progress(run, label, int(ENGINE_SHARE + k * share + offset))
+
+                outcome = pipeline.evaluate_task(slug, base_url=engine.base_url, model=engine.model,
+                                                 profile=run.load_profile, on_phase=on_phase)  # fmt: skip
+                if not engine.is_alive():
+                    raise EngineStartError("the engine died during the run:\n" + "\n".join(engine.last_log_lines(30)))
+                _store_task(run, outcome)
+                timings[f"{slug}_s"] = round(time.monotonic() - task_started, 3)
+    except RunCancelled as exc:
+        status, error = RunStatus.CANCELLED, str(exc)
+    except EngineStartError as exc:
+        status, error = RunStatus.ERROR, str(exc)
+    except Exception as exc:  # any other failure ends the run in error, with its log tail
+        status, error = RunStatus.ERROR, f"{type(exc).__name__}: {exc}"
+        if engine is not None and not engine.is_alive():
+            error = "the engine died during the run: " + error + "\n" + "\n".join(engine.last_log_lines(30))
+        logger.exception("run %s failed", run.pk)
+    finally:
+        if engine is not None:
+            engine.stop()
+    timings["total_s"] = round(time.monotonic() - started, 3)
+    return _finish(run, attempt, status, error, timings)
+
+
+def _finish(run: EvaluationRun, attempt: EvaluationAttempt, status: str, error: str,
+            timings: dict[str, float]) -> EvaluationRun:  # fmt: skip
+    evidence = {t.task: t.engine_evidence for t in run.task_results.all()}
+    with transaction.atomic(durable=True):
+        run = EvaluationRun.objects.select_for_update().get(pk=run.pk)
+        if run.status != RunStatus.RUNNING:
+            # The sweeper re-queued or failed this run meanwhile; its decision stands.
+            return run
+        progress = 100 if status == RunStatus.SUCCEEDED else run.progress
+        run.move(status, error=error[-20000:], phase=status, progress=progress, engine_evidence=evidence)
+        EvaluationAttempt.objects.filter(pk=attempt.pk).update(
+            status=status, error=error[-20000:], timings=timings, finished_at=timezone.now()
+        )
+        ledger_append(
+            kind=f"evaluation.{status}",
+            subject_type="run",
+            subject_id=run.pk,
+            subject_name=f"{run.backend.name} on {', '.join(run.tasks)}",
+            actor=None,
+            payload={
+                "backend": run.backend.name,
+                "fingerprint": run.backend.fingerprint,
+                "attempt": attempt.number,
+                "timings": timings,
+                "error": error[-2000:],
+                "quality": {t.task: t.quality for t in run.task_results.all()},
+            },
+        )
+    return run
+
+
+def run_cancel(*, run_id: int) -> EvaluationRun:
+    """Ask a run to stop. A queued run is cancelled at once; a running one stops at its next check."""
+    with transaction.atomic(durable=True):
+        run = EvaluationRun.objects.select_for_update().get(pk=run_id)
+        if run.is_finished:
+            return run
+        EvaluationRun.objects.filter(pk=run.pk).update(cancel_requested=True)
+        run.cancel_requested = True
+        if run.status == RunStatus.QUEUED:
+            run.move(RunStatus.CANCELLED, phase="cancelled")
+            ledger_append(kind="evaluation.cancelled", subject_type="run", subject_id=run.pk,
+                          subject_name=run.backend.name, actor=None, payload={"while": "queued"})  # fmt: skip
+    return run
+
+
+def run_retry(*, run_id: int, reason: str = "") -> EvaluationRun:
+    """Queue a run that ended in error or was cancelled for another attempt."""
+    with transaction.atomic(durable=True):
+        run = EvaluationRun.objects.select_for_update().get(pk=run_id)
+        if run.status not in (RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.RUNNING):
+            raise DomainError(f"run #{run.pk} is {run.status}; only failed, cancelled or stuck runs are retried")
+        run.move(RunStatus.QUEUED, phase="queued for retry", progress=0, cancel_requested=False,
+                 deadline_at=timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S))  # fmt: skip
+        EvaluationAttempt.objects.filter(run=run, status=RunStatus.RUNNING).update(
+            status=RunStatus.ERROR, error=reason or "abandoned", finished_at=timezone.now()
+        )
+        ledger_append(kind="evaluation.retried", subject_type="run", subject_id=run.pk,
+                      subject_name=run.backend.name, actor=None, payload={"reason": reason})  # fmt: skip
+    return run
