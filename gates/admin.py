@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from gates.models import ReleaseTicket, TaskType
+from gates.models import GateDecision, ReleaseTicket, RouteTableVersion, SignOff, TaskType
 from ledger.admin import ReadOnlyAdmin
 
 
@@ -16,3 +16,21 @@ class ReleaseTicketAdmin(ReadOnlyAdmin):
     list_display = ["id", "title", "status", "owner", "created_at"]
     list_filter = ["status", "bottleneck"]
     search_fields = ["title"]
+
+
+@admin.register(GateDecision)
+class GateDecisionAdmin(ReadOnlyAdmin):
+    list_display = ["id", "ticket", "outcome", "policy_version", "dry_run", "signed_verdict", "created_at"]
+    list_filter = ["outcome", "dry_run"]
+
+
+@admin.register(SignOff)
+class SignOffAdmin(ReadOnlyAdmin):
+    list_display = ["id", "ticket", "reviewer", "capacity", "verdict", "reason_code", "override", "created_at"]
+    list_filter = ["verdict", "capacity", "override"]
+
+
+@admin.register(RouteTableVersion)
+class RouteTableVersionAdmin(ReadOnlyAdmin):
+    list_display = ["number", "kind", "ticket", "actor", "created_at"]
+    list_filter = ["kind"]
