@@ -195,3 +195,41 @@ class TicketViewSet(
     promote = _transition_action("promote")
     roll_back = _transition_action("roll_back")
     retire = _transition_action("retire")
+
+    # --- the gate (gates.api_gate): the current decision and reviewer sign-off ---
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"], permission_classes=[permissions.IsAuthenticated])
+    def decision(self, request: Request, pk: str | None = None) -> Response:
+        """The ticket's current gate decision, its sign-offs and earlier decisions."""
+        from gates.api_gate import ticket_decision
+
+        return ticket_decision(self.get_object())
+
+    @extend_schema(request=None, responses={201: dict})
+    @action(detail=True, methods=["post"], url_path="sign-off", permission_classes=[permissions.IsAuthenticated])
+    def sign_off(self, request: Request, pk: str | None = None) -> Response:
+        """Sign off the current decision: {decision, reason_code, comment, override_reason, capacity, tasks}."""
+        from gates.api_gate import ticket_sign_off
+
+        return ticket_sign_off(request, self.get_object())
+
+    @extend_schema(request=None, responses={202: TicketSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
+    def evaluate(self, request: Request, pk: str | None = None) -> Response:
+        """Submit (if a draft) and evaluate on the GPU workers: baseline and candidate runs, then the judge."""
+        from workers.services import evaluation_request
+
+        ticket = evaluation_request(ticket=self.get_object(), actor=request.user)
+        return Response(TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(
+        detail=True, methods=["post"], url_path="cancel-evaluation", permission_classes=[permissions.IsAuthenticated]
+    )
+    def cancel_evaluation(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel the ticket's unfinished runs; running engines are torn down."""
+        from workers.services import evaluation_cancel
+
+        runs = evaluation_cancel(ticket=self.get_object(), actor=request.user)
+        return Response({"cancelled_runs": [run.pk for run in runs]})

@@ -1,0 +1,228 @@
+"""Orchestration without a broker: fan-out, reuse, the DB-driven completion check, recovery, sweeps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import timedelta
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
+from gates.models import ReleaseTicket, TicketStatus
+from ledger.models import LedgerEntry
+from ledger.selectors import ledger_verify
+from optgate.errors import NotAllowed
+from workers import services, sweeper
+from workers.models import Notification
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+
+@pytest.fixture
+def sent() -> Any:
+    """Every task message the code publishes, captured instead of reaching a broker."""
+    with (
+        mock.patch("workers.tasks.evaluate_run.apply_async") as run_async,
+        mock.patch("workers.tasks.evaluate_ticket.delay") as ticket_delay,
+        mock.patch("workers.tasks.check_ticket.delay") as check_delay,
+        mock.patch("workers.tasks.deliver_notification.delay") as notify_delay,
+    ):
+        yield {"run": run_async, "ticket": ticket_delay, "check": check_delay, "notify": notify_delay}
+
+
+def _finish(run: EvaluationRun, status: str = RunStatus.SUCCEEDED) -> None:
+    run.refresh_from_db()
+    if run.status == RunStatus.QUEUED:
+        run.move(RunStatus.RUNNING)
+    run.move(status)
+
+
+def test_it_enqueues_the_evaluation_only_after_commit(draft: ReleaseTicket, erin: User, sent: Any,
+                                                      django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        ticket = services.evaluation_request(ticket=draft, actor=erin)
+        assert sent["ticket"].call_count == 0
+    assert ticket.status == TicketStatus.SUBMITTED
+    for callback in callbacks:
+        callback()
+    sent["ticket"].assert_called_once_with(ticket.pk)
+
+
+def test_it_refuses_an_outsider_asking_for_evaluation(draft: ReleaseTicket, olga: User, sent: Any) -> None:
+    with pytest.raises(NotAllowed):
+        services.evaluation_request(ticket=draft, actor=olga)
+
+
+def test_it_fans_out_two_runs_and_ledgers_them(draft: ReleaseTicket, erin: User, sent: Any,
+                                               django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
+    services.evaluation_request(ticket=draft, actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.status == TicketStatus.EVALUATING
+    assert ticket.baseline_run is not None and ticket.candidate_run is not None
+    assert ticket.baseline_run.tasks == ["knowledge_qa", "compliance_qa"]
+    task_ids = sorted(call.kwargs["task_id"] for call in sent["run"].call_args_list)
+    assert task_ids == sorted(f"evaluate-run-{r.pk}-a1" for r in (ticket.baseline_run, ticket.candidate_run))
+    entry = LedgerEntry.objects.get(kind="ticket.evaluation_requested", subject_id=str(ticket.pk))
+    assert entry.payload["baseline"]["reused"] is False
+    assert ledger_verify().ok
+
+
+def test_it_reuses_a_finished_baseline_for_a_second_ticket(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from gates import services as gate_services
+    from tests.conftest import ticket_fields
+
+    services.evaluation_request(ticket=draft, actor=erin)
+    first = services.ticket_evaluate(ticket_id=draft.pk)
+    assert first is not None and first.baseline_run is not None
+    _finish(first.baseline_run)
+    second = gate_services.ticket_create(owner=erin, **ticket_fields(draft.baseline, draft.candidate,
+                                                                      title="same baseline"))  # fmt: skip
+    services.evaluation_request(ticket=second, actor=erin)
+    sent["run"].reset_mock()
+    with django_capture_on_commit_callbacks(execute=True):
+        evaluated = services.ticket_evaluate(ticket_id=second.pk)
+    assert evaluated is not None
+    assert evaluated.baseline_run_id == first.baseline_run_id
+    assert evaluated.candidate_run_id == first.candidate_run_id  # in flight: reused as well, not measured twice
+    assert sent["run"].call_count == 0
+    entry = LedgerEntry.objects.get(kind="ticket.evaluation_requested", subject_id=str(second.pk))
+    assert entry.payload["baseline"] == {"backend": "kit-bf16", "run": first.baseline_run_id, "reused": True,
+                                         "run_status": "succeeded"}  # fmt: skip
+
+
+def test_it_fans_out_once_when_the_message_is_delivered_twice(draft: ReleaseTicket, erin: User, sent: Any) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    first = services.ticket_evaluate(ticket_id=draft.pk)
+    again = services.ticket_evaluate(ticket_id=draft.pk)
+    assert first is not None and again is not None
+    assert (again.baseline_run_id, again.candidate_run_id) == (first.baseline_run_id, first.candidate_run_id)
+    assert EvaluationRun.objects.count() == 2
+    assert LedgerEntry.objects.filter(kind="ticket.evaluation_requested").count() == 1
+
+
+def test_it_judges_only_when_both_runs_are_finished(draft: ReleaseTicket, erin: User, sent: Any) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run and ticket.candidate_run
+    _finish(ticket.baseline_run)
+    assert services.ticket_check(ticket_id=ticket.pk) is None
+    _finish(ticket.candidate_run, RunStatus.ERROR)
+    outcome = services.ticket_check(ticket_id=ticket.pk)
+    # A run error is missing evidence, never a failure of the candidate.
+    assert outcome == "needs_evidence"
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.NEEDS_EVIDENCE
+    assert services.ticket_check(ticket_id=ticket.pk) is None  # a second message judges nothing
+    assert Notification.objects.filter(event="ticket.evaluated", ticket=ticket).count() == 1
+
+
+def test_it_waits_for_a_new_request_when_a_run_was_cancelled(draft: ReleaseTicket, erin: User, sent: Any) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run and ticket.candidate_run
+    cancelled = services.evaluation_cancel(ticket=ticket, actor=erin)
+    assert sorted(r.status for r in cancelled) == ["cancelled", "cancelled"]
+    assert services.ticket_check(ticket_id=ticket.pk) is None
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.EVALUATING
+
+
+def _attempt(run: EvaluationRun, worker: str, pgid: int | None = None) -> EvaluationAttempt:
+    run.move(RunStatus.RUNNING)
+    return EvaluationAttempt.objects.create(run=run, number=1, worker=worker, engine_pgid=pgid)
+
+
+def test_it_kills_the_engine_of_a_dead_worker_process_and_requeues_its_run(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    engine = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    _attempt(ticket.baseline_run, f"gpu0@{os.uname().nodename}:{dead.pid}", pgid=engine.pid)
+    sent["run"].reset_mock()
+    with django_capture_on_commit_callbacks(execute=True):
+        recovered = services.worker_recover(nodename=f"gpu0@{os.uname().nodename}")
+    assert recovered == [ticket.baseline_run.pk]
+    assert engine.wait(timeout=10) != 0  # killed
+    ticket.baseline_run.refresh_from_db()
+    assert ticket.baseline_run.status == RunStatus.QUEUED
+    sent["run"].assert_called_once()
+    assert sent["run"].call_args.kwargs["task_id"] == f"evaluate-run-{ticket.baseline_run.pk}-a2"
+
+
+def test_it_leaves_a_run_alone_while_its_worker_process_lives(draft: ReleaseTicket, erin: User, sent: Any) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        _attempt(ticket.baseline_run, f"gpu0@{os.uname().nodename}:{alive.pid}")
+        assert services.worker_recover(nodename=f"gpu0@{os.uname().nodename}") == []
+        with mock.patch("evaluators.services.run_execute") as execute:
+            services.run_execute_task(run_id=ticket.baseline_run.pk, nodename=f"gpu0@{os.uname().nodename}")
+        execute.assert_not_called()
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_the_sweeper_requeues_then_fails_a_run_stuck_past_its_deadline(
+    draft: ReleaseTicket, erin: User, sent: Any, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.OPTGATE_RUN_MAX_ATTEMPTS = 2
+    services.evaluation_request(ticket=draft, actor=erin)
+    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run
+    run = ticket.baseline_run
+    _attempt(run, "gpu9@elsewhere:1")
+    later = timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S + 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        report = sweeper.sweep(now=later)
+    assert report.requeued == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+    run.move(RunStatus.RUNNING)
+    EvaluationAttempt.objects.create(run=run, number=2, worker="gpu9@elsewhere:2")
+    report = sweeper.sweep(now=later + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S + 1))
+    assert report.failed == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.ERROR
+    assert "stuck past its deadline" in run.error and "no attempts left" in run.error
+
+
+def test_the_sweeper_resends_a_queued_run_whose_message_was_lost(
+    draft: ReleaseTicket, erin: User, sent: Any, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None
+    sent["run"].reset_mock()
+    later = timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S + 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = sweeper.sweep(now=later)
+        second = sweeper.sweep(now=later)
+    assert set(first.resent) == {ticket.baseline_run_id, ticket.candidate_run_id}
+    assert second.resent == []  # the deadline moved on: one re-send
+    assert sent["run"].call_count == 2
+
+
+def test_the_sweeper_dispatches_a_submitted_ticket_nobody_fanned_out(
+    draft: ReleaseTicket, erin: User, sent: Any
+) -> None:
+    from gates import services as gate_services
+
+    gate_services.ticket_submit(ticket=draft, actor=erin)
+    report = sweeper.sweep(now=timezone.now() + timedelta(minutes=5))
+    assert report.dispatched == [draft.pk]
+    sent["ticket"].assert_called_once_with(draft.pk)

@@ -1,0 +1,80 @@
+"""The sweeper: the database is the record of work, so lost messages and dead workers are found here.
+
+- a queued run past its deadline (its message was lost, e.g. published while the broker was down)
+  is sent again with a new deadline;
+- a running run past its deadline is re-queued (another attempt) or, after the last attempt,
+  failed with the reason;
+- a submitted ticket nobody fanned out is dispatched; an evaluating ticket whose runs are all
+  finished is checked (judged) again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from evaluators.models import EvaluationRun, RunStatus
+from gates.models import ReleaseTicket, TicketStatus
+from workers import services
+
+logger = logging.getLogger(__name__)
+
+# A submitted ticket is left alone this long: the enqueue after commit normally takes it first.
+DISPATCH_GRACE = timedelta(seconds=30)
+
+
+@dataclass
+class SweepReport:
+    resent: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    dispatched: list[int] = field(default_factory=list)
+    checked: list[int] = field(default_factory=list)
+
+
+def sweep(*, now: datetime | None = None) -> SweepReport:
+    """One pass over stuck runs and tickets; safe to run concurrently with workers and itself."""
+    now = now or timezone.now()
+    report = SweepReport()
+    new_deadline = now + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S)
+    for run in EvaluationRun.objects.filter(status=RunStatus.QUEUED, deadline_at__lte=now):
+        # Compare-and-swap on the deadline so two sweeps re-send once.
+        if EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED, deadline_at=run.deadline_at).update(
+            deadline_at=new_deadline
+        ):
+            report.resent.append(run.pk)
+    for run in EvaluationRun.objects.filter(status=RunStatus.RUNNING, deadline_at__lte=now).select_related("backend"):
+        reason = f"stuck past its deadline ({run.deadline_at:%Y-%m-%d %H:%M:%S} UTC) in phase {run.phase!r}"
+        if run.attempts.count() >= settings.OPTGATE_RUN_MAX_ATTEMPTS:
+            services.run_fail(run_id=run.pk, reason=reason + "; no attempts left")
+            report.failed.append(run.pk)
+        elif services.run_recover(run=run, reason=reason):
+            report.requeued.append(run.pk)
+    with transaction.atomic():
+        for run_id in report.resent + report.requeued:
+            transaction.on_commit(lambda run_id=run_id: services.run_enqueue(run_id), robust=True)  # type: ignore[misc]
+    from workers.tasks import check_ticket, evaluate_ticket
+
+    waiting = ReleaseTicket.objects.filter(status=TicketStatus.SUBMITTED, submitted_at__lte=now - DISPATCH_GRACE)
+    for ticket_id in waiting.values_list("pk", flat=True):
+        evaluate_ticket.delay(ticket_id)
+        report.dispatched.append(ticket_id)
+    evaluating = ReleaseTicket.objects.filter(status=TicketStatus.EVALUATING).select_related(
+        "baseline_run", "candidate_run"
+    )
+    for ticket in evaluating:
+        runs = [ticket.baseline_run, ticket.candidate_run]
+        if any(run is None for run in runs):
+            evaluate_ticket.delay(ticket.pk)  # the fan-out was interrupted half-way
+            report.dispatched.append(ticket.pk)
+        elif all(run is not None and run.is_finished for run in runs):
+            check_ticket.delay(ticket.pk)
+            report.checked.append(ticket.pk)
+    if any((report.resent, report.requeued, report.failed, report.dispatched)):
+        logger.info("sweep: %s", report)
+    return report

@@ -1,0 +1,101 @@
+"""Celery tasks: thin wrappers that take ids, load rows and call services.
+
+Every task is idempotent (a redelivered or duplicated message is harmless), acknowledged late and
+rejected back to the queue when its worker dies, and has explicit names and time limits. Only
+transient causes are retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from celery.signals import worker_ready
+from django.conf import settings
+from django.db import OperationalError, close_old_connections
+
+from workers import reviews, services, sweeper
+from workers.notifications import TransientDeliveryError, notification_deliver
+
+logger = logging.getLogger(__name__)
+
+COMMON: dict[str, Any] = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
+# The database may blip (failover, restart): that is worth a retry; a bug is not.
+TRANSIENT = (OperationalError,)
+
+
+@shared_task(name="optgate.evaluate_run", bind=True, **COMMON,
+             soft_time_limit=settings.OPTGATE_RUN_TIMEOUT_S + 60,
+             time_limit=settings.OPTGATE_RUN_TIMEOUT_S + 180,
+             autoretry_for=TRANSIENT, retry_backoff=10, max_retries=5)  # fmt: skip
+def evaluate_run(self: Any, run_id: int) -> None:
+    """Execute one evaluation run on this GPU worker, then ask its tickets to check completion."""
+    run = services.run_execute_task(run_id=run_id, nodename=self.request.hostname or "celery@localhost")
+    if run is not None and run.is_finished:
+        for ticket_id in services.tickets_for_run(run_id):
+            check_ticket.delay(ticket_id)
+
+
+@shared_task(name="optgate.evaluate_ticket", **COMMON, soft_time_limit=120, time_limit=180,
+             autoretry_for=TRANSIENT, retry_backoff=5, max_retries=5)  # fmt: skip
+def evaluate_ticket(ticket_id: int) -> None:
+    """Fan a submitted ticket out to its baseline and candidate runs (or reuse them)."""
+    services.ticket_evaluate(ticket_id=ticket_id)
+
+
+@shared_task(name="optgate.check_ticket", **COMMON, soft_time_limit=600, time_limit=660,
+             autoretry_for=TRANSIENT, retry_backoff=5, max_retries=5)  # fmt: skip
+def check_ticket(ticket_id: int) -> None:
+    """Judge the ticket when both runs have finished (the database decides, not this message)."""
+    services.ticket_check(ticket_id=ticket_id)
+
+
+@shared_task(name="optgate.deliver_notification", **COMMON, soft_time_limit=60, time_limit=90,
+             autoretry_for=(TransientDeliveryError, *TRANSIENT), retry_backoff=30, retry_backoff_max=1800,
+             max_retries=settings.OPTGATE_NOTIFY_MAX_ATTEMPTS)  # fmt: skip
+def deliver_notification(notification_id: int) -> None:
+    """Deliver one notification on its pending channels; transient failures come back later."""
+    notification_deliver(notification_id=notification_id)
+
+
+@shared_task(name="optgate.sweep", **COMMON, soft_time_limit=120, time_limit=180)
+def sweep() -> None:
+    """Re-queue or fail stuck runs, dispatch forgotten tickets, re-check finished evaluations."""
+    sweeper.sweep()
+
+
+@shared_task(name="optgate.close_observation_windows", **COMMON, soft_time_limit=120, time_limit=180)
+def close_observation_windows() -> None:
+    """Prompt (or auto-promote) canary tickets whose observation window has ended."""
+    reviews.observation_windows_close()
+
+
+@shared_task(name="optgate.open_due_reviews", **COMMON, soft_time_limit=120, time_limit=180)
+def open_due_reviews() -> None:
+    """Open quarterly reviews, expire old approvals into review, queue re-checks of changed backends."""
+    reviews.reviews_open_due()
+    reviews.approvals_expire()
+    reviews.backends_recheck()
+
+
+@shared_task(name="optgate.remind_reviews", **COMMON, soft_time_limit=120, time_limit=180)
+def remind_reviews() -> None:
+    """Remind owners and reviewers of open reviews until they are done."""
+    reviews.reviews_remind()
+
+
+@worker_ready.connect
+def _recover_on_start(sender: Any = None, **kwargs: Any) -> None:
+    """On worker start, kill engines this worker's dead processes left and re-queue their runs."""
+    nodename = getattr(sender, "hostname", None)
+    if not nodename:
+        return
+    try:
+        recovered = services.worker_recover(nodename=nodename)
+        if recovered:
+            logger.warning("worker %s: re-queued runs lost by a previous process: %s", nodename, recovered)
+    except Exception:  # a recovery problem must not keep the worker from serving
+        logger.exception("worker %s: recovery on start failed", nodename)
+    finally:
+        close_old_connections()
