@@ -105,6 +105,13 @@ class TransitionSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
 
+class RollbackSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=4000)
+    task = serializers.SlugField(
+        required=False, allow_blank=True, help_text="one task type; all of the ticket's if empty"
+    )
+
+
 class TicketFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=TicketStatus.choices)
     owner = django_filters.CharFilter(method="filter_owner", label="owner's username")
@@ -184,17 +191,46 @@ class TicketViewSet(
         services.ticket_update(ticket=ticket, actor=request.user, **data.validated_data)
         return Response(TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data)
 
+    # Approve, restrict and reject happen only through sign-off (capacities, overrides); the
+    # evaluation moves belong to the workers; canary, promotion and rollback move routes too.
     submit = _transition_action("submit")
-    start_evaluation = _transition_action("start_evaluation")
-    finish_evaluation = _transition_action("finish_evaluation")
-    approve = _transition_action("approve")
-    restrict = _transition_action("restrict")
-    reject = _transition_action("reject")
     request_evidence = _transition_action("request_evidence")
-    start_canary = _transition_action("start_canary")
-    promote = _transition_action("promote")
-    roll_back = _transition_action("roll_back")
     retire = _transition_action("retire")
+
+    @extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})
+    @action(detail=True, methods=["post"], url_path="start-canary")
+    def start_canary(self, request: Request, pk: str | None = None) -> Response:
+        """Start the canary: approved | restricted → canary; signed tasks route to the candidate for the canary tenants."""
+        from gates.routing import routes_start_canary
+
+        body = TransitionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ticket = routes_start_canary(ticket=self.get_object(), actor=request.user, **body.validated_data)
+        return Response(TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data)
+
+    @extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})
+    @action(detail=True, methods=["post"])
+    def promote(self, request: Request, pk: str | None = None) -> Response:
+        """Promote after the observation window: canary → default; the tasks' default routes move to the candidate."""
+        from gates.routing import routes_promote
+
+        body = TransitionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ticket = routes_promote(ticket=self.get_object(), actor=request.user, **body.validated_data)
+        return Response(TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data)
+
+    @extend_schema(request=RollbackSerializer, responses={200: TicketSerializer})
+    @action(detail=True, methods=["post"], url_path="roll-back")
+    def roll_back(self, request: Request, pk: str | None = None) -> Response:
+        """Move one task type (or all of the ticket's) back to the rollback target in one route version."""
+        from gates.routing import routes_rollback
+
+        ticket = self.get_object()
+        body = RollbackSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        routes_rollback(ticket=ticket, actor=request.user, reason=body.validated_data["reason"],
+                        task=body.validated_data.get("task") or None)  # fmt: skip
+        return Response(TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data)
 
     # --- the gate (gates.api_gate): the current decision and reviewer sign-off ---
 

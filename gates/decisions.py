@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from evaluators.models import EvaluationRun
 from evaluators.selectors import run_task_evidence
 from gates.judge import Decision, TaskEvidence, evaluate
-from gates.models import TRANSITIONS, DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
+from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
 from gates.policy import Policy, PolicyError, load_policy
-from gates.services import REASON_REQUIRED, _check_actor, ticket_snapshot
+from gates.services import ticket_transition_within
 from ledger.services import ledger_append
 from optgate.errors import DomainError, InvalidInput, NotAllowed
 from optgate.roles import ADMIN, Actor, has_role, person
@@ -35,38 +35,6 @@ def gate_policy(name: str | None = None) -> Policy:
         return load_policy(name or str(getattr(settings, "OPTGATE_GATE_POLICY", "default")))
     except PolicyError as exc:
         raise InvalidInput({"policy": str(exc)}) from None
-
-
-def ticket_transition_within(
-    *, ticket: ReleaseTicket, action: str, actor: Actor, reason: str = "", details: dict[str, Any] | None = None
-) -> str:
-    """``ticket_transition`` for services that already own the transaction; returns the old status.
-
-    Same role checks, same compare-and-swap and the same ledger entry shape, so a ticket moved by
-    a sign-off or a rollback reads exactly like one moved through the ticket actions.
-    """
-    if not connection.in_atomic_block:
-        raise RuntimeError("ticket_transition_within must run inside the caller's transaction")
-    if action not in TRANSITIONS:
-        raise InvalidInput({"action": f"unknown action {action!r}"})
-    _check_actor(ticket, action, actor)
-    if action in REASON_REQUIRED and not reason.strip():
-        raise InvalidInput({"reason": f"a reason is required to {action.replace('_', ' ')}"})
-    previous = ticket.transition(action)
-    payload: dict[str, Any] = {"action": action, "from": previous, "to": ticket.status, "reason": reason}
-    if details:
-        payload["details"] = details
-    if ticket.status == TicketStatus.REJECTED:
-        payload["plan"] = ticket_snapshot(ticket)
-    ledger_append(
-        kind=f"ticket.{ticket.status}",
-        subject_type="ticket",
-        subject_id=ticket.pk,
-        subject_name=ticket.title,
-        actor=actor,
-        payload=payload,
-    )
-    return previous
 
 
 @dataclass(frozen=True)

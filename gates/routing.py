@@ -18,9 +18,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from gates.decisions import decision_current, ticket_transition_within
+from gates.decisions import decision_current
 from gates.models import DecisionOutcome, ReleaseTicket, Route, RouteTableVersion, TaskType, TicketStatus
-from gates.services import _check_actor
+from gates.services import check_actor, ticket_transition_within
 from ledger.models import Backend, LedgerEntry
 from ledger.services import ledger_append
 from optgate.canonical import canonical_json, sha256_hex
@@ -365,7 +365,7 @@ def routes_rollback(*, ticket: ReleaseTicket, actor: Actor, reason: str, task: s
     one new table version; other tasks' routes are untouched. When no route of the ticket's
     tasks points at the candidate any more, the ticket itself moves to ``rolled_back``.
     """
-    _check_actor(ticket, "roll_back", actor)
+    check_actor(ticket, "roll_back", actor)
     if not reason.strip():
         raise InvalidInput({"reason": "a reason is required to roll back"})
     with transaction.atomic(durable=True):

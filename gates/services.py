@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TicketStatus
 from gates.vocabulary import METRICS, ROLLBACK_PLAN_FIELDS
@@ -230,7 +230,7 @@ def ticket_update(*, ticket: ReleaseTicket, actor: Actor, **changes: Any) -> Rel
     return locked
 
 
-def _check_actor(ticket: ReleaseTicket, action: str, actor: Actor) -> None:
+def check_actor(ticket: ReleaseTicket, action: str, actor: Actor) -> None:
     allowed = ACTION_ROLES[action]
     if actor is None:
         if "system" not in allowed:
@@ -246,37 +246,52 @@ def _check_actor(ticket: ReleaseTicket, action: str, actor: Actor) -> None:
         raise NotAllowed(f"{action.replace('_', ' ')} is for: {who}")
 
 
+def ticket_transition_within(
+    *, ticket: ReleaseTicket, action: str, actor: Actor, reason: str = "", details: dict[str, Any] | None = None
+) -> str:
+    """Take ``action`` inside the caller's transaction (role checks, compare-and-swap, ledger entry).
+
+    For services that move a ticket as part of a larger change (a sign-off, a route update).
+    A rejection records the complete plan with its reason, so it stays searchable as a plan
+    that was not adopted. Returns the previous status.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("ticket_transition_within must run inside the caller's transaction")
+    if action not in TRANSITIONS:
+        raise InvalidInput({"action": f"unknown action {action!r}"})
+    check_actor(ticket, action, actor)
+    if action in REASON_REQUIRED and not reason.strip():
+        raise InvalidInput({"reason": f"a reason is required to {action.replace('_', ' ')}"})
+    previous = ticket.transition(action)
+    payload: dict[str, Any] = {"action": action, "from": previous, "to": ticket.status, "reason": reason}
+    if details:
+        payload["details"] = details
+    if ticket.status == TicketStatus.REJECTED:
+        payload["plan"] = ticket_snapshot(ticket)
+    ledger_append(
+        kind=f"ticket.{ticket.status}",
+        subject_type="ticket",
+        subject_id=ticket.pk,
+        subject_name=ticket.title,
+        actor=actor,
+        payload=payload,
+    )
+    return previous
+
+
 def ticket_transition(
     *, ticket: ReleaseTicket, action: str, actor: Actor, reason: str = "", details: dict[str, Any] | None = None
 ) -> ReleaseTicket:
-    """Take ``action`` on ``ticket`` (see ``TRANSITIONS``) and record it in the ledger.
-
-    A rejection records the complete plan with its reason, so it stays searchable as a plan
-    that was not adopted.
-    """
+    """Take ``action`` on ``ticket`` (see ``TRANSITIONS``) in its own transaction; see
+    ``ticket_transition_within``."""
     if action not in TRANSITIONS:
         raise InvalidInput({"action": f"unknown action {action!r}"})
-    _check_actor(ticket, action, actor)
-    if action in REASON_REQUIRED and not reason.strip():
-        raise InvalidInput({"reason": f"a reason is required to {action.replace('_', ' ')}"})
+    check_actor(ticket, action, actor)
     with transaction.atomic(durable=True):
         ticket = ReleaseTicket.objects.select_related("baseline", "candidate", "rollback_target", "owner").get(
             pk=ticket.pk
         )
-        previous = ticket.transition(action)
-        payload: dict[str, Any] = {"action": action, "from": previous, "to": ticket.status, "reason": reason}
-        if details:
-            payload["details"] = details
-        if ticket.status == TicketStatus.REJECTED:
-            payload["plan"] = ticket_snapshot(ticket)
-        ledger_append(
-            kind=f"ticket.{ticket.status}",
-            subject_type="ticket",
-            subject_id=ticket.pk,
-            subject_name=ticket.title,
-            actor=actor,
-            payload=payload,
-        )
+        ticket_transition_within(ticket=ticket, action=action, actor=actor, reason=reason, details=details)
     return ticket
 
 

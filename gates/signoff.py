@@ -26,7 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
-from gates.decisions import decision_current, ticket_transition_within
+from gates.decisions import decision_current
 from gates.models import (
     DecisionOutcome,
     GateDecision,
@@ -40,6 +40,7 @@ from gates.models import (
     TicketStatus,
 )
 from gates.routing import CROSS_TENANT
+from gates.services import ticket_transition_within
 from ledger.services import ledger_append
 from optgate.errors import DomainError, InvalidInput, NotAllowed
 from optgate.roles import REVIEWER, Actor, has_role, person

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from gates.models import ReleaseTicket, TicketStatus
+from gates.services import ticket_transition
 from ledger.models import Backend, LedgerEntry
 from tests.conftest import backend_fields
 
@@ -173,19 +174,25 @@ def test_it_edits_a_draft_and_409s_after_submission(api_for: ApiFor, erin: Any, 
     assert "only drafts" in response.data["detail"]
 
 
-def test_an_illegal_transition_answers_409_with_a_message(api_for: ApiFor, rita: Any, ticket_id: int) -> None:
-    response = api_for(rita).post(f"/api/v1/tickets/{ticket_id}/approve/", {"reason": "ok"}, format="json")
+def test_an_illegal_transition_answers_409_with_a_message(api_for: ApiFor, erin: Any, ticket_id: int) -> None:
+    assert api_for(erin).post(f"/api/v1/tickets/{ticket_id}/submit/").status_code == 200
+    response = api_for(erin).post(f"/api/v1/tickets/{ticket_id}/submit/")
     assert response.status_code == 409
-    assert response.data["detail"] == "cannot approve a ticket that is draft (allowed from: evaluated)"
+    assert response.data["detail"] == "cannot submit a ticket that is submitted (allowed from: draft)"
 
 
-def test_the_owner_gets_403_signing_off_their_own_ticket(api_for: ApiFor, erin: Any, rita: Any, ticket_id: int) -> None:
+def test_only_the_owner_or_an_admin_submits(api_for: ApiFor, evan: Any, rita: Any, ticket_id: int) -> None:
+    for other in (evan, rita):
+        assert api_for(other).post(f"/api/v1/tickets/{ticket_id}/submit/").status_code == 403
+    assert ReleaseTicket.objects.get(pk=ticket_id).status == TicketStatus.DRAFT
+
+
+def test_verdicts_move_only_through_sign_off(api_for: ApiFor, rita: Any, ticket_id: int) -> None:
     ReleaseTicket.objects.filter(pk=ticket_id).update(status=TicketStatus.EVALUATED)
-    response = api_for(erin).post(f"/api/v1/tickets/{ticket_id}/approve/", {}, format="json")
-    assert response.status_code == 403
-    response = api_for(rita).post(f"/api/v1/tickets/{ticket_id}/restrict/", {"reason": "SQL regressed"}, format="json")
-    assert response.status_code == 200
-    assert response.data["status"] == "restricted"
+    for shortcut in ("approve", "restrict", "reject", "start-evaluation", "finish-evaluation"):
+        response = api_for(rita).post(f"/api/v1/tickets/{ticket_id}/{shortcut}/", {"reason": "x"}, format="json")
+        assert response.status_code == 404, shortcut
+    assert ReleaseTicket.objects.get(pk=ticket_id).status == TicketStatus.EVALUATED
 
 
 def test_unknown_ticket_is_404(api_for: ApiFor, erin: Any) -> None:
@@ -275,9 +282,8 @@ def test_the_ledger_api_lists_filters_searches_and_verifies(
     client = api_for(erin)
     client.post(f"/api/v1/tickets/{ticket_id}/submit/")
     ReleaseTicket.objects.filter(pk=ticket_id).update(status=TicketStatus.EVALUATED)
-    api_for(rita).post(
-        f"/api/v1/tickets/{ticket_id}/reject/", {"reason": "3-bit weights broke SQL joins"}, format="json"
-    )
+    ticket_transition(ticket=ReleaseTicket.objects.get(pk=ticket_id), action="reject", actor=rita,
+                      reason="3-bit weights broke SQL joins")  # fmt: skip
 
     listed = client.get("/api/v1/ledger/")
     assert listed.status_code == 200
@@ -302,6 +308,6 @@ def test_the_openapi_schema_and_docs_are_served(client: Any, db: None) -> None:
     schema = client.get("/api/schema/")
     assert schema.status_code == 200
     text = schema.content.decode()
-    assert "/api/v1/tickets/{id}/approve/" in text
+    assert "/api/v1/tickets/{id}/sign-off/" in text
     assert "/api/v1/ledger/verify/" in text
     assert client.get("/api/docs/").status_code == 200
