@@ -200,7 +200,7 @@ class TicketViewSet(
     @extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})
     @action(detail=True, methods=["post"], url_path="start-canary")
     def start_canary(self, request: Request, pk: str | None = None) -> Response:
-        """Start the canary: approved | restricted → canary; signed tasks route to the candidate for the canary tenants."""
+        """Start the canary (approved | restricted → canary): signed tasks route to the candidate for canary tenants."""
         from gates.routing import routes_start_canary
 
         body = TransitionSerializer(data=request.data)
