@@ -9,6 +9,8 @@ PY=${VENV:-.venv}/bin/python
 "$PY" manage.py makemigrations --check --dry-run >/dev/null || { echo "missing migrations"; exit 1; }
 "${VENV:-.venv}/bin/ruff" check . || exit 1
 "${VENV:-.venv}/bin/mypy" . || exit 1
+# Browser tests drive Debian's Chromium; installed here (as root) when missing.
+scripts/install-browser.sh || exit 1
 "$PY" -m pytest "$@"
 status=$?
 if [ "$status" -eq 5 ]; then
