@@ -42,7 +42,7 @@ def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
         tpot_ms=_ms(records, "tpot_s"),
         itl_ms=itl,
         e2e_ms=_ms(records, "e2e_s"),
-        output_throughput=(result.performance or {}).get("output_throughput"),
+        output_throughput=(result.performance or {}).get("output_token_throughput"),
         engine=engine,
     )
 

@@ -170,6 +170,12 @@ OPTGATE_ENGINE_STARTUP_TIMEOUT_S = env_int("OPTGATE_ENGINE_STARTUP_TIMEOUT_S", 9
 OPTGATE_RUN_TIMEOUT_S = env_int("OPTGATE_RUN_TIMEOUT_S", 3600, minimum=60)
 OPTGATE_HARDWARE_CLASS = env_str("OPTGATE_HARDWARE_CLASS", "cpu-generic") or "cpu-generic"
 
+# Integrations: GitHub deployment protection rules (HMAC secret; callback delivery off by default)
+# and an optional bearer token for Prometheus scrapes of /metrics.
+OPTGATE_GITHUB_WEBHOOK_SECRET = env_str("OPTGATE_GITHUB_WEBHOOK_SECRET", "") or ""
+OPTGATE_GITHUB_CALLBACK = env_bool("OPTGATE_GITHUB_CALLBACK", False)
+OPTGATE_METRICS_TOKEN = env_str("OPTGATE_METRICS_TOKEN", "") or ""
+
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "optgate@localhost")
 

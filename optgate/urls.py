@@ -5,22 +5,41 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from evaluators.api import RunViewSet
+from gates import integrations
 from gates.api import TaskTypeViewSet, TicketViewSet
+from gates.api_gate import PolicyViewSet, RouteViewSet
 from ledger.api import BackendViewSet, LedgerViewSet
 from optgate import views
+from optgate.metrics import metrics_view
 
 router = DefaultRouter()
 router.register("task-types", TaskTypeViewSet, basename="task-type")
 router.register("backends", BackendViewSet, basename="backend")
 router.register("tickets", TicketViewSet, basename="ticket")
 router.register("ledger", LedgerViewSet, basename="ledger")
+router.register("policies", PolicyViewSet, basename="policy")
+router.register("routes", RouteViewSet, basename="route")
+router.register("runs", RunViewSet, basename="run")
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", include("gates.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("api/v1/integrations/argo/verdict/", integrations.argo_verdict, name="argo-verdict"),
+    path(
+        "api/v1/integrations/flagger/confirm-promotion/",
+        integrations.flagger_confirm_promotion,
+        name="flagger-confirm-promotion",
+    ),
+    path(
+        "api/v1/integrations/github/deployment-protection/",
+        integrations.github_deployment_protection,
+        name="github-deployment-protection",
+    ),
     path("api/v1/", include(router.urls)),
+    path("metrics", metrics_view, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

@@ -29,7 +29,7 @@ def summary_table(run: EvaluationRun) -> str:
             f"{result.task:<18} {q.get('n', 0):>3} {_fmt(q.get('pass_rate'), '{:.0%}'):>6} "
             f"{_fmt(p.get('ttft_ms', {}).get('median')):>9} {_fmt(p.get('ttft_ms', {}).get('p95')):>9} "
             f"{_fmt(p.get('tpot_ms', {}).get('median')):>9} {_fmt(p.get('e2e_ms', {}).get('p95')):>9} "
-            f"{_fmt(p.get('output_throughput')):>7} {_fmt(e.get('prefix_cache_hit_rate'), '{:.0%}'):>9} "
+            f"{_fmt(p.get('output_token_throughput')):>7} {_fmt(e.get('prefix_cache_hit_rate'), '{:.0%}'):>9} "
             f"{_fmt(e.get('spec_decode_acceptance_rate'), '{:.0%}'):>8}  {top}"
         )
     return "\n".join(lines)

@@ -1,0 +1,571 @@
+"""Evidence import: attach results measured outside OptGate to an evaluation run.
+
+Two producers are understood:
+
+* ``vllm bench serve`` result JSON (``--save-result``; ``--save-detailed`` adds the per-request
+  arrays the judge needs for its latency tests). It becomes a task's ``performance`` aggregates and
+  raw ``requests`` records, in exactly the shape our own load generator stores.
+* lm-evaluation-harness results JSON plus its ``--log_samples`` samples (JSONL, or the in-memory
+  ``samples`` list) for one OptGate suite task. Every sample's output is re-scored with the suite's
+  own scorer, as native runs do, and stored as ``SampleRecord`` rows.
+
+A file whose model or configuration does not match the run's backend is refused with an
+``InvalidInput`` naming the offending field (HTTP 400): the model id / tokenizer path of a bench
+file, the served model name of an lm-eval file, its suite version, the benchmark's concurrency
+against the run's load profile.
+
+Import runs: ``run_open_for_import`` creates a run in ``running`` (phase "importing evidence")
+with no deadline, so neither the sweeper nor a worker ever executes it; ``run_close_import`` moves
+it to ``succeeded`` and only then gives it the same reuse key a native run of that backend and
+load profile would have, so a later evaluation request can reuse the imported evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from evaluators import pipeline
+from evaluators.loadgen import RequestRecord, summarize
+from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
+from evaluators.suites import get_suite
+from ledger.models import Backend
+from ledger.services import ledger_append
+from optgate.canonical import canonical_json, sha256_hex
+from optgate.errors import DomainError, InvalidInput
+from optgate.roles import Actor
+
+IMPORT_PHASE = "importing evidence"
+MAX_REQUESTS = 100_000  # a bench file is a benchmark, not a log dump
+
+VLLM_BENCH = "vllm_bench"
+LM_EVAL = "lm_eval"
+KINDS = (VLLM_BENCH, LM_EVAL)
+
+# Keys every ``vllm bench serve`` result carries (generation endpoints).
+_BENCH_REQUIRED = ("duration", "completed", "model_id")
+_BENCH_PER_REQUEST = ("ttfts", "itls", "latencies", "output_lens", "input_lens", "errors")
+
+
+# --- parsing -----------------------------------------------------------------------------------
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(data: dict[str, Any], key: str, *, prefix: str = "", minimum: float | None = 0.0) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput({f"{prefix}{key}": f"must be a finite number, got {value!r}"})
+    if minimum is not None and value < minimum:
+        raise InvalidInput({f"{prefix}{key}": f"must be at least {minimum}, got {value!r}"})
+    return float(value)
+
+
+def load_json_document(raw: bytes | str | dict[str, Any], *, field_name: str) -> dict[str, Any]:
+    """Parse an uploaded JSON document (bytes, text or an already parsed object) into a dict.
+
+    ``vllm bench serve --append-result`` writes one JSON object per line; the last one is taken.
+    """
+    if isinstance(raw, dict):
+        return raw
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    text = text.strip()
+    if not text:
+        raise InvalidInput({field_name: "the file is empty"})
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        lines = [line for line in text.splitlines() if line.strip()]
+        try:
+            value = json.loads(lines[-1])
+        except json.JSONDecodeError as exc:
+            raise InvalidInput({field_name: f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"}) from None
+    if not isinstance(value, dict):
+        raise InvalidInput({field_name: f"must be a JSON object, got {type(value).__name__}"})
+    return value
+
+
+def load_jsonl_records(raw: bytes | str | list[Any], *, field_name: str) -> list[dict[str, Any]]:
+    """Parse lm-eval's ``samples_<task>_<date>.jsonl`` (or a JSON list of the same records)."""
+    if isinstance(raw, list):
+        records = raw
+    else:
+        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        stripped = text.strip()
+        if not stripped:
+            raise InvalidInput({field_name: "the file is empty"})
+        if stripped.startswith("["):
+            try:
+                records = json.loads(stripped)
+            except json.JSONDecodeError as exc:
+                raise InvalidInput({field_name: f"not JSON: {exc.msg}"}) from None
+        else:
+            records = []
+            for number, line in enumerate(stripped.splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise InvalidInput({field_name: f"line {number} is not JSON: {exc.msg}"}) from None
+    if not all(isinstance(record, dict) for record in records):
+        raise InvalidInput({field_name: "every sample record must be a JSON object"})
+    return list(records)
+
+
+@dataclass
+class BenchEvidence:
+    """A parsed ``vllm bench serve`` result, in OptGate's load-generator shape."""
+
+    model_id: str
+    tokenizer_id: str | None
+    max_concurrency: int | None
+    endpoint_type: str
+    performance: dict[str, Any]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    engine_evidence: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_vllm_bench(data: dict[str, Any]) -> BenchEvidence:
+    """Validate a ``vllm bench serve`` result and convert it; raise ``InvalidInput`` naming the bad field.
+
+    With the per-request arrays (``--save-detailed``) the aggregates are recomputed from the
+    records with our own ``summarize``, so imported and native figures mean the same thing; vLLM's
+    own aggregates are kept alongside under ``vllm_reported``.
+    """
+    missing = [key for key in _BENCH_REQUIRED if key not in data]
+    if missing:
+        raise InvalidInput(
+            {key: "missing: this does not look like a `vllm bench serve` result file" for key in missing}
+        )
+    duration = _number(data, "duration")
+    if duration <= 0:
+        raise InvalidInput({"duration": "must be positive"})
+    completed = int(_number(data, "completed"))
+    failed = int(_number(data, "failed")) if "failed" in data else 0
+    if completed == 0:
+        raise InvalidInput({"completed": "no request completed: there is no evidence in this file"})
+    if not isinstance(data["model_id"], str) or not data["model_id"]:
+        raise InvalidInput({"model_id": "must be a non-empty string"})
+    concurrency = data.get("max_concurrency")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
+        raise InvalidInput({"max_concurrency": f"must be an integer or null, got {concurrency!r}"})
+    if "num_prompts" in data and isinstance(data["num_prompts"], int) and completed + failed > data["num_prompts"]:
+        raise InvalidInput({"completed": f"completed + failed ({completed + failed}) exceeds num_prompts"})
+
+    reported = {
+        key: value
+        for key, value in data.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        and (key.endswith("_ms") or key in ("duration", "completed", "failed", "request_throughput",
+                                             "output_throughput", "total_token_throughput", "request_goodput",
+                                             "total_input_tokens", "total_output_tokens"))
+    }  # fmt: skip
+    requests: list[dict[str, Any]] = []
+    if all(key in data for key in _BENCH_PER_REQUEST):
+        records = _bench_records(data)
+        succeeded = sum(1 for r in records if r.ok)
+        if succeeded != completed:
+            raise InvalidInput({"errors": f"{succeeded} error-free records but completed={completed}"})
+        performance = summarize(records, duration)
+        requests = [asdict(record) for record in records]
+    else:
+        performance = _bench_aggregates(data, duration, completed, failed)
+    # The judge's selector reads ``output_throughput`` (vLLM's name); our summary calls it
+    # ``output_token_throughput``. Keep both so the throughput test sees imported evidence.
+    performance.setdefault("output_throughput", performance.get("output_token_throughput"))
+    performance["source"] = "vllm bench serve"
+    performance["per_request"] = bool(requests)
+    performance["vllm_reported"] = reported
+    engine = {key: data[key] for key in ("spec_decode_acceptance_rate", "spec_decode_num_drafts",
+                                          "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
+              if isinstance(data.get(key), int | float)}  # fmt: skip
+    if "spec_decode_num_drafts" in engine:
+        engine["spec_decode_drafts"] = engine.pop("spec_decode_num_drafts")
+    if isinstance(data.get("spec_decode_acceptance_length"), int | float):
+        engine["spec_decode_mean_accepted_length"] = data["spec_decode_acceptance_length"]
+    known = {*_BENCH_PER_REQUEST, *reported, "generated_texts", "start_times", "queue_times", "date", "label",
+             "backend", "endpoint_type", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
+             "max_concurrency"}  # fmt: skip
+    metadata = {k: v for k, v in data.items() if k not in known and isinstance(v, str)}
+    return BenchEvidence(
+        model_id=data["model_id"],
+        tokenizer_id=data.get("tokenizer_id") if isinstance(data.get("tokenizer_id"), str) else None,
+        max_concurrency=concurrency,
+        endpoint_type=str(data.get("endpoint_type") or data.get("backend") or ""),
+        performance=performance,
+        requests=requests,
+        engine_evidence=engine,
+        metadata=metadata,
+    )
+
+
+def _bench_records(data: dict[str, Any]) -> list[RequestRecord]:
+    arrays = {key: data[key] for key in _BENCH_PER_REQUEST}
+    for key, values in arrays.items():
+        if not isinstance(values, list):
+            raise InvalidInput({key: "must be a list (one entry per request)"})
+    lengths = {len(values) for values in arrays.values()}
+    if len(lengths) != 1:
+        sizes = ", ".join(f"{key}={len(values)}" for key, values in arrays.items())
+        raise InvalidInput({"ttfts": f"per-request arrays differ in length ({sizes})"})
+    if lengths.pop() > MAX_REQUESTS:
+        raise InvalidInput({"ttfts": f"more than {MAX_REQUESTS} requests"})
+    starts = data.get("start_times") if isinstance(data.get("start_times"), list) else None
+    first_start = min(starts) if starts else 0.0
+    records = []
+    for index, (ttft, itl, latency, out_len, in_len, error) in enumerate(
+        zip(*(arrays[key] for key in _BENCH_PER_REQUEST), strict=True)
+    ):
+        record = RequestRecord(index=index)
+        if starts and index < len(starts) and isinstance(starts[index], int | float):
+            record.start_s = float(starts[index]) - float(first_start)
+        if error:
+            record.error = str(error)[:300]
+            records.append(record)
+            continue
+        for key, value in (("ttfts", ttft), ("latencies", latency), ("output_lens", out_len)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInput({f"{key}[{index}]": f"must be a non-negative number, got {value!r}"})
+        if not isinstance(itl, list) or not all(isinstance(v, int | float) for v in itl):
+            raise InvalidInput({f"itls[{index}]": "must be a list of numbers"})
+        record.ttft_s = float(ttft)
+        record.e2e_s = float(latency)
+        record.itl_s = [float(v) for v in itl]
+        record.output_tokens = int(out_len)
+        record.prompt_tokens = int(in_len) if isinstance(in_len, int) else None
+        if record.output_tokens > 1:
+            # vLLM's TPOT definition, which is also ours: decode time per token after the first.
+            record.tpot_s = (record.e2e_s - record.ttft_s) / (record.output_tokens - 1)
+        records.append(record)
+    return records
+
+
+def _bench_aggregates(data: dict[str, Any], duration: float, completed: int, failed: int) -> dict[str, Any]:
+    """Map vLLM's aggregate keys (``mean_ttft_ms``, ``p99_tpot_ms``…) onto our summary shape."""
+
+    def stats(metric: str) -> dict[str, float | None]:
+        out: dict[str, float | None] = {"mean": None, "median": None, "p90": None, "p95": None, "p99": None}
+        for ours, theirs in (("mean", "mean"), ("median", "median"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99")):
+            value = data.get(f"{theirs}_{metric}_ms")
+            out[ours] = float(value) if isinstance(value, int | float) else None
+        return out
+
+    return {
+        "count": completed + failed,
+        "completed": completed,
+        "errors": failed,
+        "duration_s": duration,
+        "request_throughput": data.get("request_throughput"),
+        "output_token_throughput": data.get("output_throughput"),
+        "total_output_tokens": data.get("total_output_tokens"),
+        "total_prompt_tokens": data.get("total_input_tokens"),
+        "ttft_ms": stats("ttft"),
+        "tpot_ms": stats("tpot"),
+        "itl_ms": stats("itl"),
+        "e2e_ms": stats("e2el"),
+    }
+
+
+@dataclass
+class LmEvalEvidence:
+    """One suite task's lm-eval results, re-scored sample by sample with the suite's scorer."""
+
+    task: str
+    model: str | None
+    suite_version: str | None
+    samples: list[pipeline.SampleOutcome]
+    reported: dict[str, Any]
+
+
+def _model_args(config: dict[str, Any]) -> dict[str, str]:
+    raw = config.get("model_args")
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    if isinstance(raw, str):
+        pairs = (part.split("=", 1) for part in raw.split(",") if "=" in part)
+        return {key.strip(): value.strip() for key, value in pairs}
+    return {}
+
+
+def parse_lm_eval(results: dict[str, Any], samples: list[dict[str, Any]] | None, *, task: str) -> LmEvalEvidence:
+    """Validate lm-eval output for OptGate suite ``task`` and re-score its samples.
+
+    ``samples`` may be omitted when ``results`` holds them (``simple_evaluate``'s return value
+    has a ``samples`` key; the file written with ``--output_path`` does not).
+    """
+    try:
+        suite = get_suite(task)
+    except ValueError as exc:
+        raise InvalidInput({"task": str(exc)}) from None
+    name = suite.lm_eval_task_name
+    per_task = results.get("results")
+    if not isinstance(per_task, dict):
+        raise InvalidInput({"results": "missing: this does not look like an lm-eval results file"})
+    if name not in per_task:
+        present = ", ".join(sorted(per_task)) or "none"
+        raise InvalidInput({"results": f"no results for lm-eval task {name!r} (the file has: {present})"})
+    metadata = _mapping(_mapping(_mapping(results.get("configs")).get(name)).get("metadata"))
+    version = metadata.get("version")
+    config = _mapping(results.get("config"))
+    named = results.get("model_name")
+    model = _model_args(config).get("model") or (named if isinstance(named, str) else None)
+
+    if samples is None:
+        inline = results.get("samples")
+        samples = inline.get(name) if isinstance(inline, dict) else None
+    if not samples:
+        raise InvalidInput({"samples": f"no per-sample records for {name}: run lm-eval with --log_samples"})
+    by_id = {sample["id"]: sample for sample in suite.load_samples()}
+    outcomes: list[pipeline.SampleOutcome] = []
+    seen: set[str] = set()
+    for index, record in enumerate(samples):
+        doc = record.get("doc")
+        if not isinstance(doc, dict) or not isinstance(doc.get("id"), str):
+            raise InvalidInput({f"samples[{index}].doc.id": "missing: each record needs the suite sample it answers"})
+        sample = by_id.get(doc["id"])
+        if sample is None:
+            raise InvalidInput({f"samples[{index}].doc.id": f"{doc['id']!r} is not a sample of suite {task}"})
+        if doc.get("prompt") is not None and doc.get("prompt") != sample["prompt"]:
+            raise InvalidInput({f"samples[{index}].doc.prompt": f"differs from suite {task}'s sample {doc['id']}"})
+        if doc["id"] in seen:
+            raise InvalidInput({f"samples[{index}].doc.id": f"{doc['id']!r} appears twice"})
+        seen.add(doc["id"])
+        output = record.get("filtered_resps") or record.get("resps") or [""]
+        while isinstance(output, list):  # lm-eval nests responses per request and per repeat
+            output = output[0] if output else ""
+        verdict = suite.score(sample, str(output))
+        outcomes.append(pipeline.SampleOutcome(
+            sample_id=sample["id"], prompt=sample["prompt"], target=str(sample.get("target", "")),
+            output=str(output), passed=verdict.passed, score=verdict.score,
+            failure_reason=verdict.failure_reason or "", detail=verdict.detail,
+        ))  # fmt: skip
+    reported = {k: v for k, v in per_task[name].items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    return LmEvalEvidence(task=task, model=model, suite_version=str(version) if version is not None else None,
+                          samples=sorted(outcomes, key=lambda o: o.sample_id), reported=reported)  # fmt: skip
+
+
+# --- matching a file to the run's backend ------------------------------------------------------
+
+
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return a == b
+
+
+def _model_names(backend: Backend) -> list[str]:
+    """Names under which a file may legitimately refer to this backend's model."""
+    names = [backend.name, backend.model_id, backend.model_path]
+    served = backend.engine_args.get("served_model_name")
+    if isinstance(served, str):
+        names.append(served)
+    return names
+
+
+def _matches(value: str, candidates: list[str]) -> bool:
+    return any(value == c or ("/" in value and "/" in c and _same_path(value, c)) for c in candidates if c)
+
+
+def check_bench_matches(evidence: BenchEvidence, *, run: EvaluationRun) -> None:
+    """Refuse a bench result measured on another model, tokenizer or concurrency than ``run``'s."""
+    backend = run.backend
+    names = _model_names(backend)
+    if not _matches(evidence.model_id, names):
+        raise InvalidInput({"model_id": (
+            f"the benchmark measured model {evidence.model_id!r}, but backend {backend.name} serves "
+            f"{backend.model_id!r} from {backend.model_path!r}"
+        )})  # fmt: skip
+    tokenizers = [*names, str(backend.engine_args.get("tokenizer") or "")]
+    if evidence.tokenizer_id is not None and not _matches(evidence.tokenizer_id, tokenizers):
+        raise InvalidInput({"tokenizer_id": (
+            f"the benchmark counted tokens with tokenizer {evidence.tokenizer_id!r}, not backend "
+            f"{backend.name}'s ({backend.engine_args.get('tokenizer') or backend.model_path!r})"
+        )})  # fmt: skip
+    served = evidence.metadata.get("served_model_name")
+    if served is not None and served not in names:
+        raise InvalidInput({"served_model_name": f"the benchmark sent requests to {served!r}, not {backend.name!r}"})
+    fingerprint = evidence.metadata.get("backend_fingerprint") or evidence.metadata.get("optgate_fingerprint")
+    if fingerprint is not None and fingerprint != backend.fingerprint:
+        raise InvalidInput({"backend_fingerprint": f"{fingerprint!r} is not backend {backend.name}'s fingerprint"})
+    wanted = run.load_profile.get("concurrency")
+    if wanted is not None and evidence.max_concurrency != wanted:
+        raise InvalidInput({"max_concurrency": (
+            f"the benchmark ran at max concurrency {evidence.max_concurrency}, but run #{run.pk}'s load profile "
+            f"measures at {wanted}; rerun with --max-concurrency {wanted}"
+        )})  # fmt: skip
+    if evidence.endpoint_type and evidence.endpoint_type not in ("openai", "openai-chat", "vllm", "openai-completions"):
+        raise InvalidInput({"endpoint_type": f"{evidence.endpoint_type!r} is not an OpenAI-compatible vLLM endpoint"})
+
+
+def check_lm_eval_matches(evidence: LmEvalEvidence, *, run: EvaluationRun) -> None:
+    """Refuse lm-eval output of another served model or another version of the suite."""
+    backend = run.backend
+    if evidence.model is None:
+        raise InvalidInput({"config.model_args.model": "missing: the results do not say which model answered"})
+    if not _matches(evidence.model, _model_names(backend)):
+        raise InvalidInput({"config.model_args.model": (
+            f"lm-eval queried model {evidence.model!r}, but backend {backend.name} is served as {backend.name!r}"
+        )})  # fmt: skip
+    expected = run.suite_versions.get(evidence.task) or get_suite(evidence.task).version
+    if evidence.suite_version is not None and evidence.suite_version != expected:
+        raise InvalidInput({f"configs.{get_suite(evidence.task).lm_eval_task_name}.metadata.version": (
+            f"the file was produced with suite {evidence.task} version {evidence.suite_version}, run #{run.pk} "
+            f"measures version {expected}"
+        )})  # fmt: skip
+
+
+# --- storing -----------------------------------------------------------------------------------
+
+
+def _reuse_key(backend: Backend, profile: dict[str, Any]) -> str:
+    from evaluators.services import _reuse_key as native_reuse_key
+
+    return native_reuse_key(backend, profile, backend.hardware_class, "")
+
+
+def run_open_for_import(
+    *, backend: Backend, tasks: list[str], actor: Actor, load_profile: dict[str, Any] | None = None
+) -> EvaluationRun:
+    """Create a run that collects imported evidence for ``tasks`` on ``backend``.
+
+    It waits in ``running`` / "importing evidence" with no deadline (so the sweeper leaves it
+    alone) and a private reuse key (so no ticket reuses it half-filled) until ``run_close_import``.
+    """
+    if not tasks:
+        raise InvalidInput({"tasks": "name at least one task type"})
+    try:
+        suite_versions = {slug: get_suite(slug).version for slug in tasks}
+    except ValueError as exc:
+        raise InvalidInput({"tasks": str(exc)}) from None
+    profile = {**pipeline.DEFAULT_LOAD_PROFILE, **dict(settings.OPTGATE_LOAD_PROFILE), **(load_profile or {})}
+    with transaction.atomic(durable=True):
+        run = EvaluationRun.objects.create(
+            backend=backend, tasks=list(dict.fromkeys(tasks)), suite_versions=suite_versions,
+            engine_version=backend.engine_version, hardware_class=backend.hardware_class, load_profile=profile,
+            reuse_key=sha256_hex(f"import-pending:{uuid.uuid4()}"), status=RunStatus.RUNNING, phase=IMPORT_PHASE,
+            deadline_at=None,
+        )  # fmt: skip
+        ledger_append(kind="evaluation.import_opened", subject_type="run", subject_id=run.pk,
+                      subject_name=f"{backend.name} on {', '.join(run.tasks)}", actor=actor,
+                      payload={"backend": backend.name, "fingerprint": backend.fingerprint, "tasks": run.tasks,
+                               "suite_versions": suite_versions, "load_profile": profile})  # fmt: skip
+    return run
+
+
+def _open_run(run_id: int) -> EvaluationRun:
+    run = EvaluationRun.objects.select_for_update().select_related("backend").get(pk=run_id)
+    if run.status != RunStatus.RUNNING or run.phase != IMPORT_PHASE:
+        raise DomainError(
+            f"run #{run.pk} is {run.status} ({run.phase or 'no phase'}); evidence is imported only into a run "
+            "opened for import and not yet closed"
+        )
+    return run
+
+
+def _archive(run: EvaluationRun, name: str, content: bytes) -> str:
+    """Keep the original file next to the run's other artifacts; returns its sha256."""
+    digest = sha256_hex(content.decode("utf-8", errors="replace"))
+    folder = Path(settings.OPTGATE_ARTIFACTS_DIR) / "runs" / str(run.pk) / "imports"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{digest[:16]}-{Path(name).name or 'evidence'}").write_bytes(content)
+    return digest
+
+
+def evidence_import_bench(
+    *, run: EvaluationRun, task: str, document: dict[str, Any], actor: Actor, filename: str = "bench.json"
+) -> TaskResult:
+    """Attach a ``vllm bench serve`` result as ``task``'s performance evidence in ``run``."""
+    evidence = parse_vllm_bench(document)
+    raw = canonical_json(document).encode()
+    with transaction.atomic(durable=True):
+        locked = _open_run(run.pk)
+        if task not in locked.tasks:
+            raise InvalidInput({"task": f"run #{locked.pk} measures {', '.join(locked.tasks)}, not {task!r}"})
+        check_bench_matches(evidence, run=locked)
+        digest = _archive(locked, filename, raw)
+        evidence.performance["file_sha256"] = digest
+        result, _ = TaskResult.objects.get_or_create(
+            run=locked, task=task, defaults={"suite_version": locked.suite_versions[task]}
+        )
+        result.performance = evidence.performance
+        result.requests = evidence.requests
+        result.engine_evidence = {**(result.engine_evidence or {}), **evidence.engine_evidence}
+        result.save(update_fields=["performance", "requests", "engine_evidence"])
+        ledger_append(kind="evaluation.evidence_imported", subject_type="run", subject_id=locked.pk,
+                      subject_name=f"{locked.backend.name} on {task}", actor=actor,
+                      payload={"kind": VLLM_BENCH, "task": task, "file_sha256": digest, "filename": filename,
+                               "model_id": evidence.model_id, "max_concurrency": evidence.max_concurrency,
+                               "completed": evidence.performance.get("completed"),
+                               "per_request": evidence.performance["per_request"]})  # fmt: skip
+    return result
+
+
+def evidence_import_lm_eval(
+    *,
+    run: EvaluationRun,
+    task: str,
+    results: dict[str, Any],
+    samples: list[dict[str, Any]] | None,
+    actor: Actor,
+    filename: str = "results.json",
+) -> TaskResult:
+    """Attach lm-eval results (and per-sample logs) as ``task``'s quality evidence in ``run``."""
+    evidence = parse_lm_eval(results, samples, task=task)
+    stored = {k: v for k, v in results.items() if k != "samples"}
+    raw = canonical_json({"results": stored, "samples": samples or []}).encode()
+    with transaction.atomic(durable=True):
+        locked = _open_run(run.pk)
+        if task not in locked.tasks:
+            raise InvalidInput({"task": f"run #{locked.pk} measures {', '.join(locked.tasks)}, not {task!r}"})
+        check_lm_eval_matches(evidence, run=locked)
+        digest = _archive(locked, filename, raw)
+        quality = pipeline.quality_summary(evidence.samples)
+        quality.update({"source": "lm-eval", "file_sha256": digest, "lm_eval_reported": evidence.reported})
+        result, _ = TaskResult.objects.get_or_create(
+            run=locked, task=task, defaults={"suite_version": locked.suite_versions[task]}
+        )
+        result.quality = quality
+        result.save(update_fields=["quality"])
+        SampleRecord.objects.filter(run=locked, task=task).delete()
+        SampleRecord.objects.bulk_create(
+            SampleRecord(run=locked, task=task, sample_id=s.sample_id, prompt=s.prompt, target=s.target,
+                         output=s.output, passed=s.passed, score=s.score, failure_reason=s.failure_reason,
+                         detail=s.detail)
+            for s in evidence.samples
+        )  # fmt: skip
+        ledger_append(kind="evaluation.evidence_imported", subject_type="run", subject_id=locked.pk,
+                      subject_name=f"{locked.backend.name} on {task}", actor=actor,
+                      payload={"kind": LM_EVAL, "task": task, "file_sha256": digest, "filename": filename,
+                               "model": evidence.model, "suite_version": evidence.suite_version,
+                               "n": quality["n"], "pass_rate": quality["pass_rate"]})  # fmt: skip
+    return result
+
+
+def run_close_import(*, run: EvaluationRun, actor: Actor) -> EvaluationRun:
+    """Finish an import run: every task needs quality evidence; it then becomes reusable evidence."""
+    with transaction.atomic(durable=True):
+        locked = _open_run(run.pk)
+        results = {r.task: r for r in locked.task_results.all()}
+        missing = [task for task in locked.tasks if task not in results or not results[task].quality]
+        if missing:
+            raise InvalidInput({"tasks": f"no quality evidence yet for {', '.join(missing)}; import lm-eval results"})
+        locked.move(RunStatus.SUCCEEDED, phase=RunStatus.SUCCEEDED, progress=100,
+                    reuse_key=_reuse_key(locked.backend, locked.load_profile))  # fmt: skip
+        ledger_append(kind="evaluation.succeeded", subject_type="run", subject_id=locked.pk,
+                      subject_name=f"{locked.backend.name} on {', '.join(locked.tasks)}", actor=actor,
+                      payload={"backend": locked.backend.name, "fingerprint": locked.backend.fingerprint,
+                               "imported": True, "quality": {t: r.quality for t, r in results.items()},
+                               "with_performance": sorted(t for t, r in results.items() if r.performance)})  # fmt: skip
+    return locked

@@ -1,0 +1,290 @@
+"""Answers for deployment tools: is this backend (on this route) cleared to serve?
+
+* Argo Rollouts ``web`` metric provider: ``GET /api/v1/integrations/argo/verdict/?backend=NAME
+  [&route=TASK[@TENANT]]`` → ``{"backend", "verdict", "allowed", ...}``; use
+  ``successCondition: result.allowed == true``. Always 200 with a JSON verdict (``unknown`` for a
+  backend OptGate has never seen), so the analysis fails on the condition, not on a transport error.
+* Flagger ``confirm-promotion`` webhook: ``POST /api/v1/integrations/flagger/confirm-promotion/``
+  with Flagger's body (``metadata.backend`` and optionally ``metadata.route``): 200 only when the
+  verdict allows the route, 403 otherwise.
+* GitHub deployment protection rule: ``POST /api/v1/integrations/github/deployment-protection/``
+  receives the ``deployment_protection_rule`` event, checks ``X-Hub-Signature-256`` against
+  ``settings.OPTGATE_GITHUB_WEBHOOK_SECRET``, decides from the ticket or backend named in the
+  deployment payload, and builds the review GitHub's ``deployment_callback_url`` expects
+  (``{environment_name, state: approved|rejected, comment}``). Delivery goes through the
+  project's one outbound HTTP call and only when ``settings.OPTGATE_GITHUB_CALLBACK`` is on.
+
+The verdict is the reviewers' signed (binding) one. A proposal nobody has signed yet, a ticket
+still evaluating, or one that needs evidence never allows anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import permissions, status
+from rest_framework.authtoken.models import Token
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gates.decisions import decision_current
+from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
+from ledger.models import Backend
+
+logger = logging.getLogger(__name__)
+
+# Verdicts beyond the decision outcomes, for states where nothing binding exists yet.
+UNKNOWN = "unknown"  # no such backend
+UNGATED = "ungated"  # a backend no ticket has proposed as a candidate
+PENDING = "pending"  # evaluating, or judged but not yet signed
+ROLLED_BACK = "rolled_back"
+RETIRED = "retired"
+
+
+@dataclass
+class BackendVerdict:
+    """Whether ``backend`` may serve ``route``, and why, in words and ids."""
+
+    backend: str
+    verdict: str
+    allowed: bool
+    route: str | None = None
+    tasks: list[str] = field(default_factory=list)
+    ticket: int | None = None
+    ticket_status: str | None = None
+    decision: int | None = None
+    proposed_outcome: str | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _route_task(route: str | None) -> str | None:
+    return route.partition("@")[0] if route else None
+
+
+def backend_verdict(*, backend_name: str, route: str | None = None) -> BackendVerdict:
+    """The gate's binding verdict on ``backend_name`` as a candidate (optionally for one route).
+
+    The latest ticket that proposed the backend as its candidate decides. ``approve`` allows every
+    route; ``restrict`` allows only the signed tasks (so without a route it does not allow); a
+    rollback or retirement withdraws the allowance whatever was signed before.
+    """
+    backend = Backend.objects.filter(name=backend_name).first()
+    if backend is None:
+        reason = f"OptGate has no backend named {backend_name!r}"
+        return BackendVerdict(backend_name, UNKNOWN, False, route, reason=reason)
+    ticket = ReleaseTicket.objects.filter(candidate=backend).exclude(status=TicketStatus.DRAFT).order_by("-id").first()
+    if ticket is None:
+        return BackendVerdict(backend.name, UNGATED, False, route,
+                              reason=f"no submitted ticket proposes {backend.name} as a candidate")  # fmt: skip
+    decision: GateDecision | None = decision_current(ticket=ticket)
+    verdict = BackendVerdict(backend.name, PENDING, False, route, ticket=ticket.pk, ticket_status=ticket.status,
+                             decision=decision.pk if decision else None,
+                             proposed_outcome=decision.outcome if decision else None)  # fmt: skip
+    if ticket.status in (TicketStatus.ROLLED_BACK, TicketStatus.RETIRED):
+        verdict.verdict = ROLLED_BACK if ticket.status == TicketStatus.ROLLED_BACK else RETIRED
+        verdict.reason = f"ticket #{ticket.pk} is {ticket.status}"
+        return verdict
+    if decision is None:
+        verdict.reason = f"ticket #{ticket.pk} is {ticket.status}; no gate decision yet"
+        return verdict
+    if decision.outcome == DecisionOutcome.NEEDS_EVIDENCE and not decision.signed_verdict:
+        verdict.verdict = DecisionOutcome.NEEDS_EVIDENCE
+        verdict.reason = (decision.reasons or ["the evidence is inconclusive"])[0]
+        return verdict
+    if not decision.signed_verdict:
+        verdict.reason = f"the gate proposes {decision.outcome}; reviewers have not signed it yet"
+        return verdict
+    verdict.verdict = decision.signed_verdict
+    verdict.tasks = list(decision.signed_tasks)
+    task = _route_task(route)
+    if decision.signed_verdict == DecisionOutcome.APPROVE:
+        verdict.allowed = task is None or not verdict.tasks or task in verdict.tasks
+        verdict.reason = f"ticket #{ticket.pk} approved" + ("" if verdict.allowed else f", but not for {task}")
+    elif decision.signed_verdict == DecisionOutcome.RESTRICT:
+        verdict.allowed = task is not None and task in verdict.tasks
+        scope = ", ".join(verdict.tasks) or "no task"
+        verdict.reason = f"ticket #{ticket.pk} restricted to {scope}"
+        if task is not None:
+            verdict.reason += f"; {task} is {'in' if verdict.allowed else 'not in'} it"
+    else:
+        verdict.reason = f"ticket #{ticket.pk} rejected"
+    return verdict
+
+
+# --- Argo Rollouts -----------------------------------------------------------------------------
+
+
+@extend_schema(
+    parameters=[OpenApiParameter("backend", str, required=True), OpenApiParameter("route", str, required=False)],
+    responses=OpenApiTypes.OBJECT,
+)
+@api_view(["GET"])
+@permission_classes([permissions.IsAuthenticated])
+def argo_verdict(request: Request) -> Response:
+    """Argo Rollouts ``web`` metric: the verdict on a backend (and route) as JSON; always 200 when asked properly."""
+    name = request.query_params.get("backend", "").strip()
+    if not name:
+        return Response({"backend": ["name the backend: ?backend=NAME"]}, status=status.HTTP_400_BAD_REQUEST)
+    route = request.query_params.get("route") or None
+    return Response(backend_verdict(backend_name=name, route=route).to_dict())
+
+
+# --- Flagger -----------------------------------------------------------------------------------
+
+
+def _flagger_user(request: HttpRequest, body: dict[str, Any]) -> bool:
+    """Flagger cannot send headers on webhooks, so its token may travel in ``metadata.token``."""
+    header = request.headers.get("Authorization", "")
+    key = header.removeprefix("Token ").strip() if header.startswith("Token ") else ""
+    metadata = _mapping(body.get("metadata"))
+    key = key or str(metadata.get("token") or "")
+    return bool(key) and Token.objects.filter(key=key, user__is_active=True).exists()
+
+
+@csrf_exempt
+@require_POST
+def flagger_confirm_promotion(request: HttpRequest) -> JsonResponse:
+    """Flagger ``confirm-promotion`` gate: 200 when the backend is cleared for the route, else 403.
+
+    Body (Flagger's): ``{"name", "namespace", "phase", "metadata": {"backend": NAME, "route": TASK,
+    "token": KEY}}``; ``backend`` defaults to the canary's ``name``.
+    """
+    try:
+        body = json.loads(request.body or b"{}")
+    except json.JSONDecodeError:
+        return JsonResponse({"detail": "the body must be JSON"}, status=400)
+    if not isinstance(body, dict):
+        return JsonResponse({"detail": "the body must be a JSON object"}, status=400)
+    if not _flagger_user(request, body):
+        return JsonResponse({"detail": "authentication required (Authorization: Token … or metadata.token)"},
+                            status=401)  # fmt: skip
+    metadata = _mapping(body.get("metadata"))
+    name = str(metadata.get("backend") or body.get("name") or "").strip()
+    if not name:
+        return JsonResponse({"detail": "name the backend in metadata.backend"}, status=400)
+    verdict = backend_verdict(backend_name=name, route=str(metadata.get("route") or "") or None)
+    return JsonResponse(verdict.to_dict(), status=200 if verdict.allowed else 403)
+
+
+# --- GitHub deployment protection rules --------------------------------------------------------
+
+
+class SignatureError(Exception):
+    """The webhook's HMAC signature is missing or wrong."""
+
+
+def github_signature_check(*, body: bytes, header: str, secret: str) -> None:
+    """Check ``X-Hub-Signature-256`` (``sha256=<hex hmac of the raw body>``) in constant time."""
+    if not secret:
+        raise SignatureError("OPTGATE_GITHUB_WEBHOOK_SECRET is not configured; refusing every delivery")
+    if not header.startswith("sha256="):
+        raise SignatureError("missing X-Hub-Signature-256 header")
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, header.strip()):
+        raise SignatureError("X-Hub-Signature-256 does not match the body")
+
+
+def _deployment_payload(event: dict[str, Any]) -> dict[str, Any]:
+    deployment = _mapping(event.get("deployment"))
+    payload = deployment.get("payload")
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload) if payload.strip() else {}
+        except json.JSONDecodeError:
+            payload = {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def github_review(event: dict[str, Any]) -> dict[str, Any]:
+    """The review for a ``deployment_protection_rule`` event: what the callback would POST.
+
+    The deployment's ``payload`` names the OptGate ticket (``optgate_ticket``) or the candidate
+    backend (``optgate_backend``), optionally with ``optgate_route``. Anything short of an
+    allowing verdict is a rejection, with the reason as the comment.
+    """
+    environment = str(event.get("environment") or "")
+    payload = _deployment_payload(event)
+    route = payload.get("optgate_route") or None
+    backend_name = payload.get("optgate_backend")
+    ticket_id = payload.get("optgate_ticket")
+    if ticket_id is not None and not backend_name:
+        ticket = ReleaseTicket.objects.select_related("candidate").filter(pk=ticket_id).first() if str(
+            ticket_id
+        ).isdigit() else None  # fmt: skip
+        if ticket is None:
+            return {"environment_name": environment, "state": "rejected",
+                    "comment": f"OptGate: no ticket #{ticket_id}"}  # fmt: skip
+        backend_name = ticket.candidate.name
+    if not backend_name:
+        return {"environment_name": environment, "state": "rejected",
+                "comment": "OptGate: the deployment payload names no optgate_ticket or optgate_backend"}  # fmt: skip
+    verdict = backend_verdict(backend_name=str(backend_name), route=str(route) if route else None)
+    state = "approved" if verdict.allowed else "rejected"
+    return {"environment_name": environment, "state": state,
+            "comment": f"OptGate {verdict.verdict} for {verdict.backend}: {verdict.reason}"[:1000]}  # fmt: skip
+
+
+def github_callback_send(url: str, review: dict[str, Any]) -> int | None:
+    """Deliver the review to GitHub through the project's one outbound HTTP call, when enabled.
+
+    Returns the response status, or None when delivery is off (the default: no network from here
+    unless an operator turns it on and lets this host reach GitHub).
+    """
+    if not getattr(settings, "OPTGATE_GITHUB_CALLBACK", False):
+        return None
+    if not url.startswith("https://"):
+        logger.warning("not sending a deployment review to a non-https callback %r", url)
+        return None
+    from workers.notifications import post_json
+
+    return post_json(url, review, timeout_s=float(getattr(settings, "OPTGATE_NOTIFY_TIMEOUT_S", 10)))
+
+
+@csrf_exempt
+@require_POST
+def github_deployment_protection(request: HttpRequest) -> JsonResponse:
+    """GitHub ``deployment_protection_rule`` webhook: verify, decide, answer with the review."""
+    secret = str(getattr(settings, "OPTGATE_GITHUB_WEBHOOK_SECRET", "") or "")
+    try:
+        github_signature_check(body=request.body, header=request.headers.get("X-Hub-Signature-256", ""),
+                               secret=secret)  # fmt: skip
+    except SignatureError as exc:
+        return JsonResponse({"detail": str(exc)}, status=401 if secret else 503)
+    event_name = request.headers.get("X-GitHub-Event", "")
+    if event_name == "ping":
+        return JsonResponse({"detail": "pong"})
+    if event_name != "deployment_protection_rule":
+        return JsonResponse({"detail": f"ignored event {event_name or '(none)'}"}, status=202)
+    try:
+        event = json.loads(request.body)
+    except json.JSONDecodeError:
+        return JsonResponse({"detail": "the body must be JSON"}, status=400)
+    if not isinstance(event, dict) or event.get("action") != "requested":
+        return JsonResponse({"detail": "only action=requested is answered"}, status=202)
+    review = github_review(event)
+    callback = str(event.get("deployment_callback_url") or "")
+    sent = github_callback_send(callback, review) if callback else None
+    return JsonResponse({"review": review, "callback_url": callback, "delivered": sent is not None,
+                         "callback_status": sent})  # fmt: skip
+
+
+# Route table exports for gateways live on the routes API (``/api/v1/routes/export/?format=json|litellm``).
