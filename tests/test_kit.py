@@ -1,0 +1,279 @@
+"""The tiny model kit: content hash, tokenizer contract, weight rounding, atomic cached builds.
+
+Unit tests build a deliberately tiny kit (one layer, a handful of steps) on synthetic data in a
+temporary cache; only the ``engine``-marked test builds (or reuses) the real kit on the suites.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from evaluators.kit import BASE, KitParams, QuantSpec, TrainParams, ensure_kit, kit_hash  # noqa: E402
+from evaluators.kit.build import sha256_file  # noqa: E402
+from evaluators.kit.quantize import fake_quantize, quantize_model_  # noqa: E402
+from evaluators.kit.tokenizer import CHAT_TEMPLATE, encode_example, render_prompt, train_tokenizer  # noqa: E402
+from evaluators.kit.train import make_model  # noqa: E402
+
+CITIES = ["Berlin", "Lyon", "Porto", "Oslo", "Dublin"]
+TINY_TRAIN = TrainParams(
+    vocab_size=320,
+    hidden_size=128,
+    intermediate_size=256,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    max_position_embeddings=256,
+    steps=4,
+    batch_size=4,
+)
+TINY = KitParams(train=TINY_TRAIN, variants=(QuantSpec(4, 32), QuantSpec(2, 32)))
+
+
+def write_synthetic_suites(root: Path, rows: int = 8) -> list[Path]:
+    """Two small templated tasks in the suites' ``<slug>/samples.jsonl`` layout."""
+    files = []
+    for slug, make in {
+        "synth_sql": lambda i: (
+            f"Question: customers in '{CITIES[i % 5]}'?",
+            f"SELECT name FROM c WHERE city = '{CITIES[i % 5]}';",
+        ),
+        "synth_json": lambda i: (f"Summarize: Ana paid ${i}.5{i % 10} on day {i}.", json.dumps({"amount": i + 0.5})),
+    }.items():
+        folder = root / slug
+        folder.mkdir(parents=True)
+        lines = [json.dumps({"id": f"{slug}-{i}", "prompt": make(i)[0], "target": make(i)[1]}) for i in range(rows)]
+        (folder / "samples.jsonl").write_text("\n".join(lines) + "\n")
+        files.append(folder / "samples.jsonl")
+    return files
+
+
+@pytest.fixture(scope="module")
+def tiny_kit(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("kitcache")
+    files = write_synthetic_suites(tmp_path_factory.mktemp("suites"))
+    return ensure_kit(cache_root=root, params=TINY, data_files=files), root, files
+
+
+# --- content hash ---------------------------------------------------------------------------------
+
+
+def test_it_hashes_the_same_inputs_to_the_same_value(tmp_path: Path) -> None:
+    files = write_synthetic_suites(tmp_path)
+    assert kit_hash(files, TINY) == kit_hash(list(reversed(files)), TINY)
+
+
+def test_it_hashes_changed_data_or_params_to_a_new_value(tmp_path: Path) -> None:
+    files = write_synthetic_suites(tmp_path)
+    before = kit_hash(files, TINY)
+    with files[0].open("a") as handle:
+        handle.write(json.dumps({"id": "extra", "prompt": "p", "target": "t"}) + "\n")
+    after_data = kit_hash(files, TINY)
+    after_params = kit_hash(files, KitParams(train=TINY_TRAIN, variants=(QuantSpec(3, 32),)))
+    assert len({before, after_data, after_params}) == 3
+
+
+# --- tokenizer and chat template ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = ["SELECT name FROM customers WHERE city = 'Lyon';", '{"amount": 12.5, "date": "2024-01-02"}'] * 20
+    return train_tokenizer(texts, vocab_size=300, model_max_length=256)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["SELECT name FROM c WHERE city = 'Porto';", '  {"a": [1, 2.50]}\n\n\tend ', "naïve café — ünïcödé ✓", ""],
+)
+def test_it_round_trips_text_exactly(tokenizer, text: str) -> None:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text
+
+
+def test_the_chat_template_renders_the_trained_prefix(tokenizer) -> None:
+    messages = [{"role": "user", "content": "How many orders?"}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert tokenizer.chat_template == CHAT_TEMPLATE
+    assert rendered == render_prompt("How many orders?") == "<|bos|><|user|>\nHow many orders?\n<|assistant|>\n"
+    # vLLM tokenizes the rendered prompt without adding special tokens: ids must equal training's.
+    prompt_ids, answer_ids = encode_example(tokenizer, "How many orders?", "SELECT 1;")
+    assert tokenizer.encode(rendered, add_special_tokens=False) == prompt_ids
+    assert prompt_ids[0] == tokenizer.bos_token_id
+    assert answer_ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.eos_token_id not in answer_ids[:-1]
+
+
+def test_an_assistant_turn_ends_with_eos(tokenizer) -> None:
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert rendered.endswith("<|assistant|>\na<|eos|>")
+
+
+# --- weight rounding ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_each_group_takes_at_most_2_to_the_bits_levels(bits: int, symmetric: bool) -> None:
+    weight = torch.randn(16, 128, generator=torch.Generator().manual_seed(bits))
+    rounded = fake_quantize(weight, QuantSpec(bits=bits, group_size=32, symmetric=symmetric))
+    groups = rounded.reshape(-1, 32)
+    assert max(len(torch.unique(group)) for group in groups) <= 2**bits
+    assert not torch.equal(rounded, weight)
+
+
+def test_8_bit_rounding_error_is_tiny_and_2_bit_is_not() -> None:
+    weight = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
+    error8 = (fake_quantize(weight, QuantSpec(8, 32)) - weight).abs()
+    error2 = (fake_quantize(weight, QuantSpec(2, 32)) - weight).abs()
+    # Half a step of a 255-level grid over each group's range.
+    step = (weight.reshape(-1, 32).amax(1) - weight.reshape(-1, 32).amin(1)) / 255
+    assert bool((error8.reshape(-1, 32) <= step[:, None] / 2 + 1e-6).all())
+    assert error2.mean() > 20 * error8.mean()
+
+
+def test_rounding_rejects_rows_that_do_not_split_into_groups() -> None:
+    with pytest.raises(ValueError, match="group_size"):
+        fake_quantize(torch.zeros(4, 48), QuantSpec(4, 32))
+
+
+def test_quantizing_a_model_leaves_embeddings_and_norms_untouched(tokenizer) -> None:
+    model = make_model(TINY_TRAIN, tokenizer)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    changed = quantize_model_(model, QuantSpec(2, 32))
+    after = dict(model.named_parameters())
+    assert changed and all(name.endswith("proj.weight") for name in changed)
+    for name, value in before.items():
+        if name in changed:
+            assert not torch.equal(after[name], value), name
+        else:
+            assert torch.equal(after[name], value), name
+    assert any("embed_tokens" in name for name in before)
+
+
+# --- cached, atomic builds ------------------------------------------------------------------------
+
+
+def test_a_built_kit_has_complete_servable_variants(tiny_kit) -> None:
+    kit, root, _files = tiny_kit
+    assert set(kit.variants) == {BASE, "w4g32", "w2g32"}
+    assert kit.root.parent == root and kit.root.name == kit.hash[:16]
+    for name, path in kit.variants.items():
+        for required in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+            assert (path / required).is_file(), (name, required)
+        assert kit.revision(name) == sha256_file(path / "model.safetensors")
+    generation = json.loads((kit.path() / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == kit.manifest["tokenizer"]["eos_token_id"]
+    assert json.loads((kit.path() / "config.json").read_text())["head_dim"] >= 64
+    assert len({kit.revision(name) for name in kit.variants}) == 3
+    manifest = kit.manifest
+    assert manifest["training"]["steps"] == TINY_TRAIN.steps
+    assert manifest["training"]["final_loss"] > 0
+    assert manifest["degraded_variant"] == kit.degraded == "w2g32"
+    assert set(manifest["variants"]["w2g32"]["accuracy"]["per_task"]) == {"synth_sql", "synth_json"}
+    assert 0.0 <= kit.accuracy("w2g32", "synth_sql") <= 1.0
+    assert not list(root.glob(".tmp-*"))
+
+
+def test_a_second_call_reuses_the_cached_kit(tiny_kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    kit, root, files = tiny_kit
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a valid cached kit must not be rebuilt")
+
+    monkeypatch.setattr("evaluators.kit.build.build_kit_into", no_build)
+    again = ensure_kit(cache_root=root, params=TINY, data_files=files)
+    assert again.root == kit.root and again.manifest == kit.manifest
+
+
+def test_a_failed_build_leaves_no_kit_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = write_synthetic_suites(tmp_path / "suites")
+    root = tmp_path / "cache"
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("disk full while rounding weights")
+
+    # Fails after the base model and tokenizer are on disk: the worst moment for a half kit.
+    monkeypatch.setattr("evaluators.kit.quantize.write_quantized_variant", crash)
+    with pytest.raises(RuntimeError, match="disk full"):
+        ensure_kit(cache_root=root, params=TINY, data_files=files)
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_damaged_kit_is_rebuilt(tmp_path: Path) -> None:
+    files = write_synthetic_suites(tmp_path / "suites")
+    root = tmp_path / "cache"
+    params = KitParams(train=TINY_TRAIN, variants=(QuantSpec(4, 32),), evaluate=False)
+    kit = ensure_kit(cache_root=root, params=params, data_files=files)
+    (kit.path("w4g32") / "model.safetensors").write_bytes(b"truncated")
+    rebuilt = ensure_kit(cache_root=root, params=params, data_files=files)
+    assert rebuilt.root == kit.root
+    assert sha256_file(rebuilt.path("w4g32") / "model.safetensors") == rebuilt.revision("w4g32")
+    assert rebuilt.accuracy() is None  # evaluate=False measures nothing
+
+
+# --- the real kit ---------------------------------------------------------------------------------
+
+
+@pytest.mark.engine
+def test_the_real_kit_is_accurate_and_its_low_bit_variant_breaks_sql() -> None:
+    """Builds (minutes) or reuses the kit trained on the committed suites."""
+    kit = ensure_kit()
+    base = kit.manifest["variants"][BASE]["accuracy"]
+    assert base["overall"] >= 0.8, base
+    degraded_sql, base_sql = kit.accuracy(kit.degraded, "dataagent_nl2sql"), kit.accuracy(BASE, "dataagent_nl2sql")
+    assert degraded_sql is not None and base_sql is not None
+    assert degraded_sql < base_sql
+    lossless = [name for name in kit.variants if name.startswith("w4")]
+    lossless_accuracy, base_accuracy = kit.accuracy(lossless[0]) if lossless else None, kit.accuracy()
+    assert lossless_accuracy is not None and base_accuracy is not None
+    assert lossless_accuracy >= base_accuracy - 0.05
+
+
+def _measured(**per_task: float) -> dict[str, object]:
+    return {"accuracy": {"per_task": {task: {"accuracy": value} for task, value in per_task.items()}}}
+
+
+def test_the_degraded_variant_is_the_highest_bit_width_that_breaks_sql_unevenly() -> None:
+    from evaluators.kit.build import choose_degraded
+
+    variants = {
+        BASE: _measured(dataagent_nl2sql=0.9, cs_summary=0.9),
+        "w4g32": _measured(dataagent_nl2sql=0.9, cs_summary=0.9),  # lossless: not degraded
+        "w3g32": _measured(dataagent_nl2sql=0.7, cs_summary=0.9),  # uneven: the pick
+        "w2g32": _measured(dataagent_nl2sql=0.1, cs_summary=0.1),  # breaks everything
+    }
+    specs = [QuantSpec(2, 32), QuantSpec(4, 32), QuantSpec(3, 32)]
+    name, reason = choose_degraded(variants, specs, "dataagent_nl2sql")
+    assert name == "w3g32" and "cs_summary" in reason
+    variants["w3g32"] = _measured(dataagent_nl2sql=0.7, cs_summary=0.5)
+    assert choose_degraded(variants, specs, "dataagent_nl2sql")[0] == "w2g32"  # the fallback
+
+
+def test_sharing_a_prompt_prefix_gives_the_same_loss_and_gradient(tokenizer) -> None:
+    from evaluators.kit.train import batch_loss, collate, encode_all
+
+    header = "Document: the retention policy keeps versions for 36 days and deleted files for 110 days.\n"
+    pairs = [(header + f"Question {i}: how long?", f"{30 + i} days") for i in range(4)]
+    rows = encode_all(tokenizer, pairs, 256)
+    torch.manual_seed(0)
+    model = make_model(TINY_TRAIN, tokenizer)
+
+    def loss_and_grad(compute):
+        model.zero_grad()
+        loss = compute()
+        loss.backward()
+        return float(loss), model.model.layers[0].self_attn.q_proj.weight.grad.clone()
+
+    shared_loss, shared_grad = loss_and_grad(lambda: batch_loss(model, rows, tokenizer.pad_token_id))
+    plain_loss, plain_grad = loss_and_grad(lambda: model(**collate(rows, tokenizer.pad_token_id)).loss)
+    assert shared_loss == pytest.approx(plain_loss, rel=1e-5)
+    assert torch.allclose(shared_grad, plain_grad, atol=1e-6)
+    assert shared_grad.abs().max() > 0
