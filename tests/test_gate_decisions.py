@@ -62,7 +62,7 @@ def store_run(backend: Backend, tasks: dict[str, dict[str, Any]], *, status: str
         ]  # fmt: skip
         TaskResult.objects.create(
             run=run, task=task, suite_version="1", requests=requests, engine_evidence=spec["engine"],
-            performance={"output_throughput": 1000.0 / speed}, error=spec["error"],
+            performance={"output_token_throughput": 1000.0 / speed}, error=spec["error"],
         )  # fmt: skip
         SampleRecord.objects.bulk_create(
             SampleRecord(run=run, task=task, sample_id=f"{task}-{i:04d}", prompt="p", output="o", passed=ok,

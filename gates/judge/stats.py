@@ -12,7 +12,7 @@ Conventions used throughout:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -36,7 +36,15 @@ _BOOT_BLOCK = 256
 
 
 @dataclass(frozen=True)
-class PairedProportionResult:
+class _Result:
+    """Base of the result records below: each serialises to a plain dict for the ledger."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairedProportionResult(_Result):
     """McNemar-style comparison of paired pass/fail outcomes against a non-inferiority margin."""
 
     test: str
@@ -61,12 +69,9 @@ class PairedProportionResult:
     def c(self) -> int:
         return self.gains
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class BootstrapResult:
+class BootstrapResult(_Result):
     """A bootstrap estimate of a difference or ratio, with a percentile interval."""
 
     test: str
@@ -83,12 +88,9 @@ class BootstrapResult:
     paired: bool
     std_error: float  # bootstrap standard error of the effect
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class MannWhitneyResult:
+class MannWhitneyResult(_Result):
     """Rank test for a shift between two unpaired samples."""
 
     test: str
@@ -97,9 +99,6 @@ class MannWhitneyResult:
     statistic: float
     p_value: float
     prob_cand_greater: float  # common-language effect size P(cand > base)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _check_confidence(confidence: float) -> None:
@@ -254,18 +253,27 @@ def _statistic(values: np.ndarray, stat: Stat, axis: int = -1) -> np.ndarray:
     return np.percentile(values, percentile, axis=axis)
 
 
+def _resample_blocks(n_boot: int, size: int, rng: np.random.Generator) -> Iterator[tuple[slice, np.ndarray]]:
+    """Resampling indices for ``n_boot`` replicates of a sample of ``size``, one block at a time.
+
+    Yields the block's rows in the replicate array and its ``(rows, size)`` index matrix; the
+    caller may draw more from ``rng`` before the next block (the draw order fixes the result).
+    """
+    for start in range(0, n_boot, _BOOT_BLOCK):
+        rows = min(_BOOT_BLOCK, n_boot - start)
+        yield slice(start, start + rows), rng.integers(0, size, size=(rows, size))
+
+
 def _bootstrap_replicates(
     base: np.ndarray, cand: np.ndarray, stat: Stat, n_boot: int, rng: np.random.Generator, paired: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bootstrap replicates of ``stat`` for both samples; paired resamples share indices."""
     base_reps = np.empty(n_boot)
     cand_reps = np.empty(n_boot)
-    for start in range(0, n_boot, _BOOT_BLOCK):
-        rows = min(_BOOT_BLOCK, n_boot - start)
-        base_idx = rng.integers(0, base.size, size=(rows, base.size))
-        cand_idx = base_idx if paired else rng.integers(0, cand.size, size=(rows, cand.size))
-        base_reps[start : start + rows] = _statistic(base[base_idx], stat)
-        cand_reps[start : start + rows] = _statistic(cand[cand_idx], stat)
+    for block, base_idx in _resample_blocks(n_boot, base.size, rng):
+        cand_idx = base_idx if paired else rng.integers(0, cand.size, size=(base_idx.shape[0], cand.size))
+        base_reps[block] = _statistic(base[base_idx], stat)
+        cand_reps[block] = _statistic(cand[cand_idx], stat)
     return base_reps, cand_reps
 
 
@@ -291,6 +299,54 @@ def _as_array(values: Values, name: str) -> np.ndarray:
     return array
 
 
+def _as_arrays(
+    base_values: Values, cand_values: Values, kind: str, *, paired: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both samples as checked arrays, named ``base_<kind>`` and ``cand_<kind>`` in errors.
+
+    Paired samples must also be of one length.
+    """
+    base = _as_array(base_values, f"base_{kind}")
+    cand = _as_array(cand_values, f"cand_{kind}")
+    if paired and base.size != cand.size:
+        raise ValueError(f"paired {kind} differ in length: {base.size} vs {cand.size}")
+    return base, cand
+
+
+def _bootstrap_result(
+    test: str,
+    base: np.ndarray,
+    cand: np.ndarray,
+    *,
+    baseline: float,
+    candidate: float,
+    effect: float,
+    replicates: np.ndarray,
+    null: float,
+    confidence: float,
+    n_boot: int,
+    seed: int,
+    paired: bool,
+    std_error: float,
+) -> BootstrapResult:
+    """The result of a bootstrap: percentile interval and p-value for "no change" (``null``)."""
+    return BootstrapResult(
+        test=test,
+        n_base=int(base.size),
+        n_cand=int(cand.size),
+        baseline=baseline,
+        candidate=candidate,
+        effect=effect,
+        interval=_percentile_interval(replicates, confidence),
+        p_value=_bootstrap_p(replicates, null),
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        paired=paired,
+        std_error=std_error,
+    )
+
+
 def paired_bootstrap_mean_diff(
     base_scores: Values,
     cand_scores: Values,
@@ -300,26 +356,21 @@ def paired_bootstrap_mean_diff(
 ) -> BootstrapResult:
     """Paired bootstrap interval for ``mean(cand − base)`` of graded per-sample scores."""
     _check_confidence(confidence)
-    base = _as_array(base_scores, "base_scores")
-    cand = _as_array(cand_scores, "cand_scores")
-    if base.size != cand.size:
-        raise ValueError(f"paired scores differ in length: {base.size} vs {cand.size}")
+    base, cand = _as_arrays(base_scores, cand_scores, "scores", paired=True)
     diffs = cand - base
     rng = np.random.default_rng(seed)
     replicates = np.empty(n_boot)
-    for start in range(0, n_boot, _BOOT_BLOCK):
-        rows = min(_BOOT_BLOCK, n_boot - start)
-        idx = rng.integers(0, diffs.size, size=(rows, diffs.size))
-        replicates[start : start + rows] = diffs[idx].mean(axis=1)
-    return BootstrapResult(
-        test="paired bootstrap of the mean score difference",
-        n_base=int(base.size),
-        n_cand=int(cand.size),
+    for block, idx in _resample_blocks(n_boot, diffs.size, rng):
+        replicates[block] = diffs[idx].mean(axis=1)
+    return _bootstrap_result(
+        "paired bootstrap of the mean score difference",
+        base,
+        cand,
         baseline=float(base.mean()),
         candidate=float(cand.mean()),
         effect=float(diffs.mean()),
-        interval=_percentile_interval(replicates, confidence),
-        p_value=_bootstrap_p(replicates, 0.0),
+        replicates=replicates,
+        null=0.0,
         confidence=confidence,
         n_boot=n_boot,
         seed=seed,
@@ -344,10 +395,7 @@ def bootstrap_ratio(
     are aligned by sample id. A baseline statistic of zero makes the ratio undefined and raises.
     """
     _check_confidence(confidence)
-    base = _as_array(base_values, "base_values")
-    cand = _as_array(cand_values, "cand_values")
-    if paired and base.size != cand.size:
-        raise ValueError(f"paired values differ in length: {base.size} vs {cand.size}")
+    base, cand = _as_arrays(base_values, cand_values, "values", paired=paired)
     base_stat = float(_statistic(base, stat))
     cand_stat = float(_statistic(cand, stat))
     if base_stat <= 0:
@@ -358,15 +406,15 @@ def bootstrap_ratio(
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(base_reps > 0, cand_reps / np.where(base_reps > 0, base_reps, 1.0), np.inf)
     finite = ratios[np.isfinite(ratios)]
-    return BootstrapResult(
-        test=f"{'paired' if paired else 'unpaired'} bootstrap of the ratio of {stat}s",
-        n_base=int(base.size),
-        n_cand=int(cand.size),
+    return _bootstrap_result(
+        f"{'paired' if paired else 'unpaired'} bootstrap of the ratio of {stat}s",
+        base,
+        cand,
         baseline=base_stat,
         candidate=cand_stat,
         effect=cand_stat / base_stat,
-        interval=_percentile_interval(ratios, confidence),
-        p_value=_bootstrap_p(ratios, 1.0),
+        replicates=ratios,
+        null=1.0,
         confidence=confidence,
         n_boot=n_boot,
         seed=seed,
@@ -385,22 +433,21 @@ def bootstrap_diff(
 ) -> BootstrapResult:
     """Unpaired bootstrap interval for ``stat(cand) − stat(base)`` (e.g. SLO attainment shares)."""
     _check_confidence(confidence)
-    base = _as_array(base_values, "base_values")
-    cand = _as_array(cand_values, "cand_values")
+    base, cand = _as_arrays(base_values, cand_values, "values")
     rng = np.random.default_rng(seed)
     base_reps, cand_reps = _bootstrap_replicates(base, cand, stat, n_boot, rng, paired=False)
     diffs = cand_reps - base_reps
     base_stat = float(_statistic(base, stat))
     cand_stat = float(_statistic(cand, stat))
-    return BootstrapResult(
-        test=f"unpaired bootstrap of the difference of {stat}s",
-        n_base=int(base.size),
-        n_cand=int(cand.size),
+    return _bootstrap_result(
+        f"unpaired bootstrap of the difference of {stat}s",
+        base,
+        cand,
         baseline=base_stat,
         candidate=cand_stat,
         effect=cand_stat - base_stat,
-        interval=_percentile_interval(diffs, confidence),
-        p_value=_bootstrap_p(diffs, 0.0),
+        replicates=diffs,
+        null=0.0,
         confidence=confidence,
         n_boot=n_boot,
         seed=seed,
@@ -411,8 +458,7 @@ def bootstrap_diff(
 
 def mann_whitney(base_values: Values, cand_values: Values) -> MannWhitneyResult:
     """Two-sided Mann-Whitney U test; an alternative to the bootstrap for a latency shift."""
-    base = _as_array(base_values, "base_values")
-    cand = _as_array(cand_values, "cand_values")
+    base, cand = _as_arrays(base_values, cand_values, "values")
     result = sps.mannwhitneyu(cand, base, alternative="two-sided")
     statistic = float(result.statistic)
     return MannWhitneyResult(

@@ -1,0 +1,172 @@
+"""Rules a beneficiary task answers to because of its mechanism or its targeted bottleneck.
+
+Speculative decoding must keep its draft acceptance rate above a floor and shorten E2E latency;
+a prefix cache must hit and cut TTFT; a targeted bottleneck must show the promised improvement on
+the first of its metrics both runs measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from gates.judge.metric_judge import has_evidence, judge_metric
+from gates.judge.metrics import metric_spec
+from gates.judge.records import MetricVerdict, TaskEvidence, unmeasured_verdict
+from gates.judge.rules import Rule, min_samples_for
+from gates.judge.wording import pct
+
+if TYPE_CHECKING:
+    from gates.policy import Policy, TaskPolicy
+
+
+def _floor_verdict(
+    ev: TaskEvidence,
+    *,
+    metric: str,
+    source: str,
+    floor: float,
+    baseline: float | None,
+    label: str,
+    unscraped: str,
+    below: str,
+) -> MetricVerdict:
+    """A mechanism's engine counter on the candidate against its floor (inconclusive if unscraped)."""
+    rate = ev.cand.engine.get(metric)
+    common: dict[str, Any] = {
+        "task": ev.task,
+        "metric": metric,
+        "kind": "mechanism",
+        "n": 1,
+        "baseline": baseline,
+        "effect": None,
+        "interval": None,
+        "test": "floor check on the candidate's engine counters",
+        "source": source,
+    }
+    if rate is None:
+        return MetricVerdict(**common, status="inconclusive", candidate=None, reason=unscraped)
+    ok = rate >= floor
+    why = "" if ok else below
+    return MetricVerdict(
+        **common,
+        status="pass" if ok else "fail",
+        candidate=rate,
+        reason=f"{label} is {pct(rate)}, {'at or above' if ok else 'below'} the {pct(floor)} floor{why}.",
+    )
+
+
+def _acceptance_verdict(ev: TaskEvidence, floor: float) -> MetricVerdict:
+    return _floor_verdict(
+        ev,
+        metric="spec_decode_acceptance_rate",
+        source="speculative_decoding",
+        floor=floor,
+        baseline=None,
+        label="Draft acceptance rate",
+        unscraped="No speculative-decoding acceptance counters were scraped from the candidate, so the "
+        "draft acceptance rate could not be checked.",
+        below=", so drafting wastes target-model compute on this task",
+    )
+
+
+def _hit_rate_verdict(ev: TaskEvidence, floor: float) -> MetricVerdict:
+    return _floor_verdict(
+        ev,
+        metric="prefix_cache_hit_rate",
+        source="prefix_cache",
+        floor=floor,
+        baseline=ev.base.engine.get("prefix_cache_hit_rate"),
+        label="Prefix-cache hit rate",
+        unscraped="No prefix-cache counters were scraped from the candidate, so the hit rate could not be checked.",
+        below="; a per-request prefix (such as a trace id at the front of the prompt) or a changing system "
+        "prompt keeps the cache from hitting",
+    )
+
+
+def _explain_prefix_ttft(verdict: MetricVerdict, hit: MetricVerdict) -> MetricVerdict:
+    """A cache that hits without a TTFT gain means prefill was not the bottleneck: say so."""
+    if hit.status != "pass" or verdict.status != "fail" or hit.candidate is None:
+        return verdict
+    reason = (
+        verdict.reason[:-1] + f", although the prefix cache hits {pct(hit.candidate)} of the time, so the "
+        "bottleneck is elsewhere (queueing or decode), not prefill."
+    )
+    return replace(verdict, reason=reason)
+
+
+def _improvement_rule(
+    metric: str, label: str, confidence: float, min_improvement: float, task_policy: TaskPolicy, source: str
+) -> Rule:
+    """A mechanism or bottleneck promise: ``metric`` must improve by at least ``min_improvement``."""
+    return Rule(
+        metric,
+        "mechanism",
+        label,
+        confidence,
+        min_improvement=min_improvement,
+        min_n=min_samples_for(task_policy, metric),
+        source=source,
+    )
+
+
+def mechanism_verdicts(
+    policy: Policy, ev: TaskEvidence, task_policy: TaskPolicy, mechanisms: Sequence[str], seed: int
+) -> list[MetricVerdict]:
+    """The verdicts of the speculative-decoding and prefix-cache rules, for the active mechanisms."""
+    verdicts: list[MetricVerdict] = []
+    if "speculative_decoding" in mechanisms:
+        rule = policy.speculative_decoding
+        verdicts.append(_acceptance_verdict(ev, rule.min_acceptance_rate))
+        for metric in ("e2e_p50", "e2e_p95"):
+            r = _improvement_rule(
+                metric,
+                metric_spec(metric).label,
+                rule.confidence,
+                rule.min_e2e_improvement,
+                task_policy,
+                "speculative_decoding",
+            )
+            verdicts.append(judge_metric(r, ev, task_policy, seed=seed, n_boot=policy.n_boot))
+    if "prefix_cache" in mechanisms:
+        rule_pc = policy.prefix_cache
+        hit = _hit_rate_verdict(ev, rule_pc.min_hit_rate)
+        r = _improvement_rule(
+            "ttft_p50",
+            "TTFT P50 on the shared-prefix workload",
+            rule_pc.confidence,
+            rule_pc.min_ttft_improvement,
+            task_policy,
+            "prefix_cache",
+        )
+        ttft = judge_metric(r, ev, task_policy, seed=seed, n_boot=policy.n_boot)
+        verdicts += [hit, _explain_prefix_ttft(ttft, hit)]
+    return verdicts
+
+
+def bottleneck_verdict(
+    policy: Policy, ev: TaskEvidence, task_policy: TaskPolicy, bottleneck: str, seed: int
+) -> MetricVerdict:
+    """The targeted bottleneck's promised improvement, judged on its first metric with evidence."""
+    rule = policy.bottlenecks.get(bottleneck)
+    if rule is None:
+        return unmeasured_verdict(
+            task=ev.task,
+            metric=f"bottleneck:{bottleneck}",
+            kind="mechanism",
+            status="error",
+            test="none",
+            reason=f"Policy {policy.version_label} has no rule for the targeted bottleneck {bottleneck!r}.",
+            source=f"bottleneck:{bottleneck}",
+        )
+    metric = next((m for m in rule.metrics if has_evidence(metric_spec(m), ev)), rule.metrics[0])
+    r = _improvement_rule(
+        metric,
+        f"{metric_spec(metric).label} (targeted {bottleneck} bottleneck)",
+        rule.confidence,
+        rule.min_improvement,
+        task_policy,
+        f"bottleneck:{bottleneck}",
+    )
+    return judge_metric(r, ev, task_policy, seed=seed, n_boot=policy.n_boot)

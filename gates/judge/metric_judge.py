@@ -1,0 +1,62 @@
+"""``judge_metric``: judge one metric of one task with the test its family calls for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gates.judge import stats
+from gates.judge.metrics import MetricSpec, metric_spec
+from gates.judge.pairing import scalar
+from gates.judge.performance import judge_goodput, judge_point, judge_ratio
+from gates.judge.quality import judge_pass_fail, judge_score
+from gates.judge.records import MetricVerdict, RunTaskEvidence, TaskEvidence
+from gates.judge.rules import Rule, metric_seed
+
+if TYPE_CHECKING:
+    from gates.policy import TaskPolicy
+
+
+def has_evidence(spec: MetricSpec, ev: TaskEvidence) -> bool:
+    """Whether both runs carry data for ``spec`` (bottleneck rules judge the first that does)."""
+
+    def present(run: RunTaskEvidence) -> bool:
+        if spec.family == "pass_fail":
+            return bool(run.passed) if spec.field == "passed" else bool(run.checks.get(spec.field))
+        if spec.family == "score":
+            return bool(run.scores)
+        if spec.family == "latency":
+            return bool(getattr(run, spec.field))
+        if spec.family == "throughput":
+            return run.output_throughput is not None
+        if spec.family == "engine":
+            return spec.field in run.engine
+        return bool(run.ttft_ms or run.e2e_ms)
+
+    return present(ev.base) and present(ev.cand)
+
+
+def judge_metric(
+    rule: Rule, ev: TaskEvidence, task_policy: TaskPolicy, *, seed: int = 0, n_boot: int = stats.DEFAULT_N_BOOT
+) -> MetricVerdict:
+    """Judge one metric of one task with the test its family calls for."""
+    spec = metric_spec(rule.metric)
+    seed = metric_seed(seed, ev.task, rule.metric, rule.source)
+    if spec.family == "pass_fail":
+        return judge_pass_fail(rule, spec, ev.task, ev)
+    if spec.family == "score":
+        return judge_score(rule, ev.task, ev, seed, n_boot)
+    if spec.family == "latency":
+        base, cand = getattr(ev.base, spec.field), getattr(ev.cand, spec.field)
+        return judge_ratio(rule, spec, ev.task, base, cand, seed, n_boot, "ms")
+    if spec.family == "throughput":
+        base_tp, cand_tp = ev.base.output_throughput, ev.cand.output_throughput
+        if isinstance(base_tp, Sequence) and isinstance(cand_tp, Sequence) and len(base_tp) > 1 and len(cand_tp) > 1:
+            return judge_ratio(rule, spec, ev.task, base_tp, cand_tp, seed, n_boot, " tok/s")
+        return judge_point(rule, ev.task, scalar(base_tp), scalar(cand_tp), " tok/s", hib=True)
+    if spec.family == "goodput":
+        return judge_goodput(rule, ev.task, ev, task_policy, seed, n_boot)
+    unit = "%" if spec.field.endswith("_rate") or spec.field.endswith("_usage") else ""
+    return judge_point(
+        rule, ev.task, ev.base.engine.get(spec.field), ev.cand.engine.get(spec.field), unit, spec.higher_is_better
+    )

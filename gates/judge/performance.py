@@ -1,0 +1,127 @@
+"""Judges of serving performance: latency and throughput ratios, single figures, and goodput."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gates.judge import stats
+from gates.judge.metrics import MetricSpec
+from gates.judge.pairing import pair_samples, sample_values
+from gates.judge.records import MetricVerdict, RunTaskEvidence, Samples, TaskEvidence
+from gates.judge.rules import Rule, classify, finish, finish_bootstrap, missing, rate_sentence, tail
+from gates.judge.wording import amount, rel_ci, signed
+
+if TYPE_CHECKING:
+    from gates.policy import TaskPolicy
+
+
+def judge_ratio(
+    rule: Rule, spec: MetricSpec, task: str, base_raw: Samples, cand_raw: Samples, seed: int, n_boot: int, unit: str
+) -> MetricVerdict:
+    """Latency or throughput lists: bootstrap interval of the ratio of a statistic."""
+    paired = isinstance(base_raw, Mapping) and isinstance(cand_raw, Mapping)
+    if paired:
+        pairing = pair_samples(base_raw, cand_raw)
+        base_values, cand_values = [float(v) for v in pairing.base], [float(v) for v in pairing.cand]
+    else:
+        base_values, cand_values = sample_values(base_raw), sample_values(cand_raw)
+    if not base_values or not cand_values:
+        return missing(rule, task, "measurement")
+    stat = spec.stat or "mean"
+    try:
+        result = stats.bootstrap_ratio(base_values, cand_values, stat, rule.confidence, n_boot, seed, paired)  # type: ignore[arg-type]
+    except ValueError as exc:
+        return missing(rule, task, f"usable measurement ({exc})")
+    # "Good" scale: + means better. Latency: 1 − ratio (faster); throughput: ratio − 1.
+    if spec.higher_is_better:
+        good, good_interval = result.effect - 1, (result.interval[0] - 1, result.interval[1] - 1)
+    else:
+        good, good_interval = 1 - result.effect, (1 - result.interval[1], 1 - result.interval[0])
+    significant = good_interval[1] < 0
+    status = classify(rule, good, good_interval, significant)
+    change = result.effect - 1
+    rel_interval = (result.interval[0] - 1, result.interval[1] - 1)
+    counts = f"{result.n_base} paired samples" if paired else f"{result.n_base} vs {result.n_cand} measurements"
+    sentence = (
+        f"{rule.label} went from {amount(result.baseline, unit)} to {amount(result.candidate, unit)} "
+        f"({signed(change * 100)}%, {rel_ci(rel_interval, rule.confidence)}) over {counts}, "
+        f"{tail(rule, status, 'percent')}"
+    )
+    details = {"n_base": result.n_base, "n_cand": result.n_cand, "effect_is": "ratio cand/base"}
+    return finish_bootstrap(rule, task, result, status, sentence, good_effect=good, details=details)
+
+
+def judge_point(rule: Rule, task: str, base: float | None, cand: float | None, unit: str, hib: bool) -> MetricVerdict:
+    """A single measurement per run (engine counters, one throughput figure): no interval."""
+    # One figure summarises a whole run, so the per-sample minimum count does not apply to it.
+    rule = replace(rule, min_n=0)
+    if base is None or cand is None:
+        return missing(rule, task, "measurement")
+    if base == 0:
+        good = 0.0 if cand == 0 else (1.0 if (cand > 0) == hib else -1.0)
+        ratio = None
+    else:
+        ratio = cand / base
+        good = ratio - 1 if hib else 1 - ratio
+    if rule.check == "noninferiority":
+        status = "pass" if good >= -rule.margin else "fail"
+    elif rule.check == "improvement":
+        status = "pass" if good >= rule.min_improvement and good > 0 else "fail"
+    else:
+        status = "pass"
+    change = f" ({signed((ratio - 1) * 100)}%)" if ratio is not None else ""
+    sentence = (
+        f"{rule.label} went from {amount(base, unit)} to {amount(cand, unit)}{change} in a single measurement "
+        f"per run, {tail(rule, status, 'percent')}"
+    )
+    return finish(
+        rule,
+        task,
+        status=status,
+        n=1,
+        baseline=base,
+        candidate=cand,
+        effect=ratio,
+        interval=None,
+        test="point comparison (one measurement per run, no interval)",
+        sentence=sentence,
+        good_effect=good,
+        std_error=math.inf,
+    )
+
+
+def _slo_attainment(run: RunTaskEvidence, task_policy: TaskPolicy) -> list[float] | None:
+    """Per request: 1.0 when every SLO the task sets is met; None if requests cannot be aligned."""
+    slos = task_policy.slos
+    columns = [
+        (sample_values(values), limit)
+        for values, limit in ((run.ttft_ms, slos.ttft_ms), (run.tpot_ms, slos.tpot_ms), (run.e2e_ms, slos.e2e_ms))
+        if limit is not None and len(values)
+    ]
+    if not columns or len({len(values) for values, _ in columns}) != 1:
+        return None
+    return [float(all(values[i] <= limit for values, limit in columns)) for i in range(len(columns[0][0]))]
+
+
+def judge_goodput(
+    rule: Rule, task: str, ev: TaskEvidence, task_policy: TaskPolicy, seed: int, n_boot: int
+) -> MetricVerdict:
+    """Share of requests meeting every SLO of the task: unpaired bootstrap of the difference."""
+    base, cand = _slo_attainment(ev.base, task_policy), _slo_attainment(ev.cand, task_policy)
+    if not base or not cand:
+        return missing(rule, task, "set of per-request latencies aligned across TTFT/TPOT/E2E")
+    result = stats.bootstrap_diff(base, cand, "mean", rule.confidence, n_boot, seed)
+    status = classify(rule, result.effect, result.interval, result.interval[1] < 0)
+    sentence = rate_sentence(
+        rule,
+        status,
+        baseline=result.baseline,
+        candidate=result.candidate,
+        effect=result.effect,
+        interval=result.interval,
+        counts=f"over {result.n_base} vs {result.n_cand} requests",
+    )
+    return finish_bootstrap(rule, task, result, status, sentence, good_effect=result.effect)

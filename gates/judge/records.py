@@ -1,0 +1,165 @@
+"""The judge's records: the evidence it reads (per run, per task) and the verdicts it writes.
+
+Quality samples may be lists aligned by position or dicts keyed by sample id (see ``pairing``).
+Verdicts serialise with ``to_dict`` for the ledger; JSON has no inf/nan, so those become None.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["pass", "fail", "inconclusive", "error"]
+Kind = Literal["guardrail", "objective", "tradeable", "mechanism"]
+Role = Literal["beneficiary", "risk"]
+Samples = Sequence[Any] | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RunTaskEvidence:
+    """What one run (one backend) measured on one task type."""
+
+    run_id: str | None = None
+    passed: Samples = ()
+    scores: Samples = ()
+    # Named per-sample checks (fact_accuracy, json_validity, ...), same shapes as ``passed``.
+    checks: Mapping[str, Samples] = field(default_factory=dict)
+    ttft_ms: Samples = ()
+    tpot_ms: Samples = ()
+    itl_ms: Samples = ()
+    e2e_ms: Samples = ()
+    queue_ms: Samples = ()
+    # tokens/s: one measurement, or several (per repeat) for an interval.
+    output_throughput: float | Sequence[float] | None = None
+    # Engine counters: prefix_cache_hit_rate, spec_decode_acceptance_rate, preemptions, ...
+    engine: Mapping[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskEvidence:
+    """Both runs on the same samples of one task type."""
+
+    task: str
+    base: RunTaskEvidence
+    cand: RunTaskEvidence
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """The judgement of one metric of one task, with its numbers and one sentence saying why."""
+
+    task: str
+    metric: str
+    kind: Kind
+    status: Status
+    n: int
+    baseline: float | None
+    candidate: float | None
+    effect: float | None
+    interval: tuple[float, float] | None
+    test: str
+    reason: str
+    samples_needed: int | None = None
+    critical: bool = False
+    p_value: float | None = None
+    source: str = "policy"  # "policy", a mechanism name, or "bottleneck:<name>"
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def deciding(self) -> bool:
+        return self.kind != "tradeable"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "metric": self.metric,
+            "kind": self.kind,
+            "status": self.status,
+            "n": self.n,
+            "baseline": _clean(self.baseline),
+            "candidate": _clean(self.candidate),
+            "effect": _clean(self.effect),
+            "interval": [_clean(x) for x in self.interval] if self.interval else None,
+            "test": self.test,
+            "reason": self.reason,
+            "samples_needed": self.samples_needed,
+            "critical": self.critical,
+            "p_value": _clean(self.p_value),
+            "source": self.source,
+            "details": {k: _clean(v) for k, v in self.details.items()},
+        }
+
+
+def unmeasured_verdict(
+    *,
+    task: str,
+    metric: str,
+    kind: Kind,
+    status: Status,
+    test: str,
+    reason: str,
+    samples_needed: int | None = None,
+    critical: bool = False,
+    source: str = "policy",
+) -> MetricVerdict:
+    """A verdict with no numbers: missing evidence, a run error, or a rule the policy lacks."""
+    return MetricVerdict(
+        task=task,
+        metric=metric,
+        kind=kind,
+        status=status,
+        n=0,
+        baseline=None,
+        candidate=None,
+        effect=None,
+        interval=None,
+        test=test,
+        reason=reason,
+        samples_needed=samples_needed,
+        critical=critical,
+        source=source,
+    )
+
+
+@dataclass(frozen=True)
+class TaskVerdict:
+    """All metric verdicts of one task and the task's overall status."""
+
+    task: str
+    role: Role
+    status: Status
+    metrics: tuple[MetricVerdict, ...]
+    reason: str
+    base_run: str | None = None
+    cand_run: str | None = None
+
+    @property
+    def critical_failures(self) -> tuple[MetricVerdict, ...]:
+        return tuple(m for m in self.metrics if m.critical and m.status == "fail")
+
+    @property
+    def samples_needed(self) -> int | None:
+        wanted = [m.samples_needed for m in self.metrics if m.deciding and m.samples_needed]
+        return max(wanted) if wanted else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "role": self.role,
+            "status": self.status,
+            "reason": self.reason,
+            "base_run": self.base_run,
+            "cand_run": self.cand_run,
+            "samples_needed": self.samples_needed,
+            "metrics": [m.to_dict() for m in self.metrics],
+        }
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no inf/nan; None says "not defined" instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,129 @@
+"""``judge_task``: every metric the policy names for one task, then the task's overall status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gates.judge.mechanisms import bottleneck_verdict, mechanism_verdicts
+from gates.judge.metric_judge import judge_metric
+from gates.judge.metrics import is_quality
+from gates.judge.records import Kind, MetricVerdict, Role, Status, TaskEvidence, TaskVerdict, unmeasured_verdict
+from gates.judge.rules import Rule, min_samples_for
+
+if TYPE_CHECKING:
+    from gates.policy import MetricRule, Policy, TaskPolicy
+
+
+def _policy_rules(
+    task_policy: TaskPolicy, role: Role, critical_override: str | None
+) -> list[tuple[MetricRule, Kind, bool, str]]:
+    """(rule, kind as judged, critical, note); objectives only decide for beneficiary tasks."""
+    out: list[tuple[MetricRule, Kind, bool, str]] = []
+    for rule in task_policy.guardrails:
+        forced = critical_override is not None and is_quality(rule.metric) and not rule.critical
+        note = f"critical under {critical_override}" if forced else ""
+        out.append((rule, "guardrail", rule.critical or forced, note))
+    out += [(rule, "tradeable", False, "") for rule in task_policy.tradeable]
+    for rule in task_policy.objectives:
+        # On a risk task an objective is not promised, so it is reported like a tradeable metric.
+        out.append((rule, "objective" if role == "beneficiary" else "tradeable", False, ""))
+    return out
+
+
+def _to_rule(rule: MetricRule, kind: Kind, critical: bool, note: str, task_policy: TaskPolicy) -> Rule:
+    return Rule(
+        metric=rule.metric,
+        kind=kind,
+        label=rule.label,
+        confidence=rule.confidence,
+        margin=rule.margin or 0.0,
+        min_improvement=rule.min_improvement or 0.0,
+        critical=critical,
+        min_n=min_samples_for(task_policy, rule.metric),
+        note=note,
+    )
+
+
+def _error_task(task: str, role: Role, reason: str, ev: TaskEvidence | None) -> TaskVerdict:
+    verdict = unmeasured_verdict(
+        task=task, metric="run", kind="guardrail", status="error", test="none (not judged)", reason=reason
+    )
+    return TaskVerdict(
+        task=task,
+        role=role,
+        status="error",
+        metrics=(verdict,),
+        reason=reason,
+        base_run=ev.base.run_id if ev else None,
+        cand_run=ev.cand.run_id if ev else None,
+    )
+
+
+def judge_task(
+    policy: Policy,
+    evidence: TaskEvidence,
+    role: Role = "risk",
+    mechanisms: Sequence[str] = (),
+    bottleneck: str | None = None,
+    *,
+    seed: int | None = None,
+) -> TaskVerdict:
+    """Judge every metric the policy names for one task, plus mechanism and bottleneck rules.
+
+    Guardrails decide for every task; objectives, mechanism rules and the targeted bottleneck
+    decide only for beneficiary tasks (that is where the benefit is promised). Quality guardrails
+    of tasks listed under an active quantization mechanism become critical.
+    """
+    task = evidence.task
+    task_policy = policy.task(task)
+    if task_policy is None:
+        return _error_task(task, role, f"Policy {policy.version_label} has no rules for task {task!r}.", evidence)
+    errors = [
+        f"the {side} run failed ({run.error})"
+        for side, run in (("baseline", evidence.base), ("candidate", evidence.cand))
+        if run.error
+    ]
+    if errors:
+        reason = f"{task} was not judged because {' and '.join(errors)}; a run error is not a verdict."
+        return _error_task(task, role, reason[0].upper() + reason[1:], evidence)
+
+    base_seed = policy.seed if seed is None else seed
+    active_quant = next((m for m in mechanisms if task in policy.critical_tasks_for([m])), None)
+    verdicts = [
+        judge_metric(_to_rule(rule, kind, critical, note, task_policy), evidence, task_policy, seed=base_seed,
+                     n_boot=policy.n_boot)
+        for rule, kind, critical, note in _policy_rules(task_policy, role, active_quant)
+    ]  # fmt: skip
+    if role == "beneficiary":
+        verdicts += mechanism_verdicts(policy, evidence, task_policy, mechanisms, base_seed)
+        if bottleneck:
+            verdicts.append(bottleneck_verdict(policy, evidence, task_policy, bottleneck, base_seed))
+    return TaskVerdict(
+        task=task,
+        role=role,
+        status=_task_status(verdicts),
+        metrics=tuple(verdicts),
+        reason=_task_reason(task, role, verdicts),
+        base_run=evidence.base.run_id,
+        cand_run=evidence.cand.run_id,
+    )
+
+
+def _task_status(verdicts: Sequence[MetricVerdict]) -> Status:
+    deciding = [v.status for v in verdicts if v.deciding]
+    for status in ("error", "fail", "inconclusive"):
+        if status in deciding:
+            return status  # type: ignore[return-value]
+    return "pass"
+
+
+def _task_reason(task: str, role: Role, verdicts: Sequence[MetricVerdict]) -> str:
+    status = _task_status(verdicts)
+    deciding = [v for v in verdicts if v.deciding]
+    if status == "pass":
+        return f"{task} ({role}) passes all {len(deciding)} deciding checks."
+    picked = [v for v in deciding if v.status == status]
+    head = {"fail": "fails", "inconclusive": "is inconclusive on", "error": "could not be judged on"}[status]
+    names = ", ".join(v.metric for v in picked)
+    return f"{task} ({role}) {head} {names}: {picked[0].reason}"

@@ -1,0 +1,129 @@
+"""The gate decision on the ticket page: the verdict matrix, proposed routes and sign-off state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from gates import routing, signoff
+from gates.decisions import decision_current
+from gates.forms import (
+    SignOffForm,
+)
+from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
+from optgate.roles import REVIEWER
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _interval(value: Any) -> str:
+    if not value or len(value) != 2 or value[0] is None:
+        return "—"
+    return f"[{_num(value[0])}, {_num(value[1])}]"
+
+
+def verdict_rows(verdicts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored per-task verdicts (``TaskVerdict.to_dict()``) as display rows, numbers formatted."""
+    rows = []
+    for task, verdict in verdicts.items():
+        metrics = [
+            {
+                **metric,
+                "baseline_text": _num(metric.get("baseline")),
+                "candidate_text": _num(metric.get("candidate")),
+                "effect_text": _num(metric.get("effect")),
+                "interval_text": _interval(metric.get("interval")),
+            }
+            for metric in verdict.get("metrics", [])
+        ]
+        rows.append(
+            {
+                "task": task,
+                "role": verdict.get("role", ""),
+                "status": verdict.get("status", ""),
+                "reason": verdict.get("reason", ""),
+                "samples_needed": verdict.get("samples_needed"),
+                "metrics": metrics,
+            }
+        )
+    return rows
+
+
+def latest_decision(ticket: ReleaseTicket) -> dict[str, Any] | None:
+    """The ticket's current binding decision with its verdict matrix rows, or None before judging."""
+    record = decision_current(ticket=ticket)
+    if record is None:
+        return None
+    return {"record": record, "rows": verdict_rows(record.verdicts or {})}
+
+
+def proposed_route_changes(ticket: ReleaseTicket, decision: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per task of the decision: where it routes now (default route) and where the gate proposes."""
+    if decision is None:
+        return []
+    record: GateDecision = decision["record"]
+    current = {r.task.slug: r.backend for r in routing.route_table().filter(tenant="")}
+    rows = []
+    for task, side in record.proposed_routes.items():
+        target = ticket.candidate if side == "candidate" else ticket.baseline
+        signed = record.signed_verdict and task in record.signed_tasks
+        rows.append(
+            {
+                "task": task,
+                "now": current.get(task),
+                "proposed": target,
+                "side": side,
+                "signed": bool(signed),
+                "changes": current.get(task) != target,
+            }
+        )
+    return rows
+
+
+def signoff_form_for(decision: GateDecision, user: User, data: Any = None) -> SignOffForm:
+    return SignOffForm(
+        data,
+        tasks=list(decision.proposed_routes),
+        allowed=list(decision.allowed_tasks),
+        capacities=sorted(signoff.user_capacities(user)),
+    )
+
+
+def signoff_context(
+    ticket: ReleaseTicket, decision: dict[str, Any] | None, user: User, roles: set[str], form: SignOffForm | None
+) -> dict[str, Any]:
+    """Sign-offs so far, what is still missing, and the form when this user may sign now."""
+    if decision is None:
+        return {"decision": None}
+    record: GateDecision = decision["record"]
+    sign_offs = list(record.sign_offs.select_related("reviewer"))
+    can_sign = (
+        ticket.status == TicketStatus.EVALUATED
+        and record.outcome != DecisionOutcome.NEEDS_EVIDENCE
+        and not record.signed_verdict
+        and REVIEWER in roles
+        and ticket.owner_id != user.pk
+        and all(s.reviewer_id != user.pk for s in sign_offs)
+    )
+    why_not = ""
+    if not can_sign and ticket.status == TicketStatus.EVALUATED and not record.signed_verdict:
+        if ticket.owner_id == user.pk:
+            why_not = "You own this ticket, so you cannot sign it off."
+        elif REVIEWER not in roles:
+            why_not = "Sign-off is for reviewers."
+        elif any(s.reviewer_id == user.pk for s in sign_offs):
+            why_not = "You have signed this decision."
+    return {
+        "decision": record,
+        "sign_offs": sign_offs,
+        "summary": signoff.signoff_summary(record) if sign_offs else [],
+        "form": (form or signoff_form_for(record, user)) if can_sign else None,
+        "why_not": why_not,
+    }

@@ -1,0 +1,286 @@
+"""Ticket pages: the list, the form (new and edit), the ticket page, its actions and the sign-off.
+
+Views parse input with the forms in ``gates.forms`` and call the services; they never save models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from gates import routing, services, signoff
+from gates.decisions import decision_current
+from gates.forms import (
+    PRESETS,
+    REASON_CODES,
+    TICKET_ERROR_FIELDS,
+    SignOffForm,
+    TicketForm,
+    TransitionForm,
+    apply_service_errors,
+)
+from gates.models import Mechanism, ReleaseTicket, TaskType, TicketStatus
+from gates.selectors import ticket_list
+from gates.views.decision import latest_decision, proposed_route_changes, signoff_context, signoff_form_for
+from gates.views.errors import refuse
+from gates.views.evidence import build_evidence, sample_pairs
+from ledger.selectors import ledger_entries
+from optgate.errors import DomainError, InvalidInput, NotAllowed
+from optgate.roles import ADMIN, ENGINEER, user_roles
+from workers.services import evaluation_request
+
+LIST_PAGE_SIZE = 50
+EVALUABLE = (TicketStatus.SUBMITTED, TicketStatus.NEEDS_EVIDENCE)
+ACTION_LABELS = {"submit": "Submit for evaluation", "request_evidence": "Request more evidence"}
+
+
+# --- ticket list -------------------------------------------------------------------------------
+
+
+@login_required
+def ticket_index(request: HttpRequest) -> HttpResponse:
+    """All tickets, newest first, filtered by status, owner, task and mechanism (GET parameters)."""
+    filters = {key: request.GET.get(key) or None for key in ("status", "owner", "task", "mechanism")}
+    page = Paginator(ticket_list(**filters), LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "filters": filters,
+        "statuses": TicketStatus.values,
+        "mechanisms": Mechanism.values,
+        "tasks": list(TaskType.objects.values_list("slug", flat=True)),
+        "query": request.GET.copy().urlencode() if "page" not in request.GET else "",
+    }
+    return render(request, "tickets/list.html", context)
+
+
+# --- ticket form -------------------------------------------------------------------------------
+
+
+def _can_file(user: Any) -> bool:
+    return bool(user_roles(user) & {ENGINEER, ADMIN})
+
+
+def _form_page(
+    request: HttpRequest, form: TicketForm, *, ticket: ReleaseTicket | None, status: int = 200
+) -> HttpResponse:
+    preset = PRESETS.get(request.GET.get("preset", ""))
+    context = {"form": form, "ticket": ticket, "presets": PRESETS.values(), "preset": preset}
+    return render(request, "tickets/form.html", context, status=status)
+
+
+@login_required
+def ticket_new(request: HttpRequest) -> HttpResponse:
+    """File a ticket. ``?preset=<slug>`` pre-fills mechanism, bottleneck, metrics and an args snippet."""
+    if not _can_file(request.user):
+        return refuse(request, NotAllowed("only engineers file release tickets"), 403)
+    if request.method != "POST":
+        preset = PRESETS.get(request.GET.get("preset", ""))
+        initial: dict[str, Any] = {"observation_window_hours": 168}
+        if preset:
+            initial.update(preset.initial())
+        for name in ("baseline", "candidate", "rollback_target"):
+            if request.GET.get(name):
+                initial[name] = request.GET[name]
+        return _form_page(request, TicketForm(initial=initial), ticket=None)
+    form = TicketForm(request.POST)
+    if form.is_valid():
+        try:
+            ticket = services.ticket_create(owner=request.user, **form.service_fields())  # type: ignore[arg-type]
+        except InvalidInput as exc:
+            apply_service_errors(form, exc.errors, TICKET_ERROR_FIELDS)
+        except NotAllowed as exc:
+            return refuse(request, exc, 403)
+        else:
+            messages.success(request, f"Ticket #{ticket.pk} filed as a draft. Submit it when it is complete.")
+            return redirect("ui:ticket", pk=ticket.pk)
+    return _form_page(request, form, ticket=None, status=400)
+
+
+@login_required
+def ticket_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Edit a draft (owner or admin); the service refuses any other status with 409."""
+    ticket = get_object_or_404(ticket_list(), pk=pk)
+    if request.method != "POST":
+        return _form_page(request, TicketForm(initial=TicketForm.initial_from_ticket(ticket)), ticket=ticket)
+    form = TicketForm(request.POST)
+    if form.is_valid():
+        try:
+            services.ticket_update(ticket=ticket, actor=request.user, **form.service_fields())
+        except InvalidInput as exc:
+            apply_service_errors(form, exc.errors, TICKET_ERROR_FIELDS)
+        except NotAllowed as exc:
+            return refuse(request, exc, 403)
+        except DomainError as exc:
+            return refuse(request, exc, 409)
+        else:
+            messages.success(request, "Draft saved.")
+            return redirect("ui:ticket", pk=ticket.pk)
+    return _form_page(request, form, ticket=ticket, status=400)
+
+
+# --- ticket page -------------------------------------------------------------------------------
+
+
+def _could_take(ticket: ReleaseTicket, action: str, user: User, roles: set[str]) -> bool:
+    """Whether the action's button is worth showing; mirrors the service's rule, which still decides."""
+    allowed = services.ACTION_ROLES[action]
+    is_owner = ticket.owner_id == user.pk
+    if action in services.SIGN_OFF_ACTIONS and is_owner:
+        return False
+    return (is_owner and "owner" in allowed) or bool(roles & (allowed - {"owner", "system"}))
+
+
+def _action_forms(
+    ticket: ReleaseTicket, user: User, roles: set[str], bound: TransitionForm | None
+) -> list[dict[str, Any]]:
+    forms: list[dict[str, Any]] = []
+    actions = ticket.allowed_actions()
+    # The owner asks for (re-)evaluation; the system's start_evaluation follows on a worker.
+    if ticket.status in EVALUABLE and (ticket.owner_id == user.pk or ADMIN in roles):
+        actions = ["evaluate", *[a for a in actions if a != "start_evaluation"]]
+    for action in actions:
+        if action == "evaluate":
+            forms.append(
+                {
+                    "action": action,
+                    "label": "Evaluate again" if ticket.status != TicketStatus.SUBMITTED else "Evaluate",
+                    "codes": [],
+                    "reason_required": False,
+                    "form": None,
+                }
+            )
+            continue
+        # Approve, restrict and reject are reviewer sign-offs on the decision: see the sign-off form.
+        if action in services.SIGN_OFF_ACTIONS or not _could_take(ticket, action, user, roles):
+            continue
+        form = bound if bound is not None and bound.data.get("action") == action else None
+        forms.append(
+            {
+                "action": action,
+                "label": ACTION_LABELS.get(action, action.replace("_", " ").capitalize()),
+                "codes": REASON_CODES.get(action, []),
+                "reason_required": action in services.REASON_REQUIRED,
+                "form": form,
+            }
+        )
+    return forms
+
+
+def _ticket_page(
+    request: HttpRequest,
+    ticket: ReleaseTicket,
+    *,
+    bound: TransitionForm | None = None,
+    signoff_form: SignOffForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    user: User = request.user  # type: ignore[assignment]
+    roles = user_roles(user)
+    evidence = build_evidence(ticket)
+    samples = sample_pairs(ticket, request.GET)
+    decision = latest_decision(ticket)
+    context = {
+        "ticket": ticket,
+        "timeline": list(ledger_entries(subject_type="ticket", subject_id=str(ticket.pk)).order_by("seq")),
+        "evidence": evidence,
+        "samples": samples,
+        "decision": decision,
+        "route_changes": proposed_route_changes(ticket, decision),
+        "actions": _action_forms(ticket, user, roles, bound),
+        "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
+        "signoff": signoff_context(ticket, decision, user, roles, signoff_form),
+    }
+    return render(request, "tickets/detail.html", context, status=status)
+
+
+@login_required
+def ticket_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """Everything about one ticket: plan, timeline, verdicts, charts, evidence, samples, actions."""
+    return _ticket_page(request, get_object_or_404(ticket_list(), pk=pk))
+
+
+@login_required
+def ticket_samples(request: HttpRequest, pk: int) -> HttpResponse:
+    """The failure-samples block alone, for htmx filtering (the full page serves the same filters)."""
+    ticket = get_object_or_404(ReleaseTicket.objects.select_related("baseline_run", "candidate_run"), pk=pk)
+    return render(request, "partials/samples.html", {"ticket": ticket, "samples": sample_pairs(ticket, request.GET)})
+
+
+@login_required
+@require_POST
+def ticket_action(request: HttpRequest, pk: int) -> HttpResponse:
+    """Take one lifecycle action (submit, approve, restrict, reject, …) through the service."""
+    ticket = get_object_or_404(ticket_list(), pk=pk)
+    form = TransitionForm(request.POST)
+    if not form.is_valid():
+        return _ticket_page(request, ticket, bound=form, status=400)
+    action = form.cleaned_data["action"]
+    code = form.cleaned_data.get("reason_code") or ""
+    reason = form.reason()
+    try:
+        # Canary, promotion and rollback move routes too, so they go through the routing services.
+        if action == "evaluate" or (action == "submit" and ticket.status == TicketStatus.DRAFT):
+            # Submitting asks for the evaluation too: both runs are requested on the workers.
+            evaluation_request(ticket=ticket, actor=request.user)
+        elif action == "start_canary":
+            routing.routes_start_canary(ticket=ticket, actor=request.user, reason=reason)
+        elif action == "promote":
+            routing.routes_promote(ticket=ticket, actor=request.user, reason=reason)
+        elif action == "roll_back":
+            routing.routes_rollback(ticket=ticket, actor=request.user, reason=reason)
+        elif action in services.SIGN_OFF_ACTIONS:
+            raise NotAllowed("approve, restrict and reject are reviewer sign-offs: use the sign-off form")
+        else:
+            services.ticket_transition(
+                ticket=ticket,
+                action=action,
+                actor=request.user,
+                reason=reason,
+                details={"reason_code": code} if code else None,
+            )
+    except InvalidInput as exc:
+        apply_service_errors(form, {("comment" if k == "reason" else k): v for k, v in exc.errors.items()})
+        return _ticket_page(request, ticket, bound=form, status=400)
+    except NotAllowed as exc:
+        return refuse(request, exc, 403)
+    except DomainError as exc:
+        return refuse(request, exc, 409)
+    messages.success(request, f"Ticket #{ticket.pk}: {action.replace('_', ' ')} done.")
+    return redirect(reverse("ui:ticket", kwargs={"pk": ticket.pk}) + "#status")
+
+
+@login_required
+@require_POST
+def ticket_signoff(request: HttpRequest, pk: int) -> HttpResponse:
+    """A reviewer signs the current decision: approve, restrict to some tasks, or reject."""
+    ticket = get_object_or_404(ticket_list(), pk=pk)
+    user: User = request.user  # type: ignore[assignment]
+    decision = decision_current(ticket=ticket)
+    if decision is None:
+        return refuse(request, DomainError(f"ticket #{ticket.pk} has no gate decision to sign off"), 409)
+    form = signoff_form_for(decision, user, request.POST)
+    if form.is_valid():
+        try:
+            result = signoff.signoff_record(ticket=ticket, actor=user, **form.service_fields())
+        except InvalidInput as exc:
+            apply_service_errors(form, {("verdict" if k == "decision" else k): v for k, v in exc.errors.items()})
+        except NotAllowed as exc:
+            return refuse(request, exc, 403)
+        except DomainError as exc:
+            return refuse(request, exc, 409)
+        else:
+            if result.moved:
+                messages.success(request, f"Signed: ticket #{ticket.pk} is now {result.ticket.status}.")
+            else:
+                missing = "; ".join(result.state.missing)
+                messages.success(request, f"Signed. Before the ticket moves it still needs: {missing}.")
+            return redirect(reverse("ui:ticket", kwargs={"pk": ticket.pk}) + "#review")
+    return _ticket_page(request, ticket, signoff_form=form, status=400)
