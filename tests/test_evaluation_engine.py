@@ -1,0 +1,154 @@
+"""The evaluation pipeline on a real vLLM-on-CPU engine with the tiny model kit.
+
+Each distinct engine configuration is started once for the whole module (a start costs about two
+minutes on two cores): the kit's base model without and with prefix caching, its low-bit variant,
+and the base model with n-gram speculative decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from evaluators import pipeline, services
+from evaluators.engine import EngineHandle, launch_engine
+from evaluators.kit import BASE, Kit, ensure_kit
+from evaluators.models import RunStatus, SampleRecord
+from ledger.models import LedgerEntry
+from ledger.selectors import ledger_verify
+from ledger.services import backend_register
+
+pytestmark = pytest.mark.engine
+
+ENGINE_ARGS = {"max_model_len": 2048, "seed": 0, "max_num_seqs": 8}
+PREFIX = {**ENGINE_ARGS, "enable_prefix_caching": True}
+NO_PREFIX = {**ENGINE_ARGS, "enable_prefix_caching": False}
+NGRAM = {
+    **NO_PREFIX,
+    "speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                           "prompt_lookup_min": 2},
+}  # fmt: skip
+# Small load per task keeps the module inside a few minutes of CPU time.
+PROFILE = {**pipeline.DEFAULT_LOAD_PROFILE, "requests_per_task": 24, "concurrency": 4}
+
+
+@pytest.fixture(scope="module")
+def kit() -> Kit:
+    return ensure_kit()
+
+
+def _launch(kit: Kit, variant: str, name: str, engine_args: dict[str, Any], logs: Path) -> EngineHandle:
+    return launch_engine(model_path=kit.path(variant), served_model_name=name, engine_args=engine_args,
+                         log_path=logs / f"{name}.log", model_roots=[kit.root.parent])  # fmt: skip
+
+
+def _evaluate(engine: EngineHandle, tasks: list[str]) -> dict[str, pipeline.TaskOutcome]:
+    return {t: pipeline.evaluate_task(t, base_url=engine.base_url, model=engine.model, profile=PROFILE) for t in tasks}
+
+
+@pytest.fixture(scope="module")
+def base_engine(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
+    with _launch(kit, BASE, "kit-base", NO_PREFIX, tmp_path_factory.mktemp("logs")) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def base(base_engine: EngineHandle) -> dict[str, pipeline.TaskOutcome]:
+    return _evaluate(base_engine, ["knowledge_qa", "dataagent_nl2sql", "cs_summary"])
+
+
+@pytest.fixture(scope="module")
+def prefix_cached(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, pipeline.TaskOutcome]:
+    with _launch(kit, BASE, "kit-base-prefix", PREFIX, tmp_path_factory.mktemp("logs")) as engine:
+        return _evaluate(engine, ["knowledge_qa"])
+
+
+@pytest.fixture(scope="module")
+def low_bit(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, pipeline.TaskOutcome]:
+    with _launch(kit, kit.degraded, "kit-low-bit", NO_PREFIX, tmp_path_factory.mktemp("logs")) as engine:
+        return _evaluate(engine, ["dataagent_nl2sql"])
+
+
+@pytest.fixture(scope="module")
+def ngram(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, pipeline.TaskOutcome]:
+    with _launch(kit, BASE, "kit-base-ngram", NGRAM, tmp_path_factory.mktemp("logs")) as engine:
+        return _evaluate(engine, ["cs_summary"])
+
+
+def test_the_trained_baseline_answers_most_samples(base: dict[str, pipeline.TaskOutcome]) -> None:
+    for task, outcome in base.items():
+        assert outcome.quality["n"] == 60, task
+        assert outcome.quality["pass_rate"] >= 0.8, (task, outcome.quality)
+
+
+def test_prefix_caching_hits_on_the_shared_prefix_workload_only_when_enabled(
+    base: dict[str, pipeline.TaskOutcome], prefix_cached: dict[str, pipeline.TaskOutcome]
+) -> None:
+    off = base["knowledge_qa"].engine_evidence
+    on = prefix_cached["knowledge_qa"].engine_evidence
+    assert not off.get("prefix_cache_hits")  # absent or zero: nothing was served from a cache
+    assert (off.get("prefix_cache_hit_rate") or 0.0) == 0.0
+    assert on["prefix_cache_hits"] > 0
+    assert on["prefix_cache_hit_rate"] > 0.3
+    assert on["cached_prompt_tokens"] > 0
+
+
+def test_both_runs_keep_per_sample_records_with_latency(
+    base: dict[str, pipeline.TaskOutcome], prefix_cached: dict[str, pipeline.TaskOutcome]
+) -> None:
+    for outcome in (base["knowledge_qa"], prefix_cached["knowledge_qa"]):
+        assert len(outcome.samples) == 60
+        assert all(s.output for s in outcome.samples)
+        assert all(s.prompt and s.target for s in outcome.samples)
+        assert sum(s.latency_ms is not None for s in outcome.samples) == PROFILE["requests_per_task"]
+        assert len(outcome.requests) == PROFILE["requests_per_task"]
+        assert all(r["error"] is None and r["ttft_s"] > 0 for r in outcome.requests)
+
+
+def test_the_low_bit_variant_scores_lower_on_nl2sql(
+    base: dict[str, pipeline.TaskOutcome], low_bit: dict[str, pipeline.TaskOutcome]
+) -> None:
+    assert low_bit["dataagent_nl2sql"].quality["pass_rate"] < base["dataagent_nl2sql"].quality["pass_rate"]
+    reasons = {s.failure_reason for s in low_bit["dataagent_nl2sql"].samples if not s.passed}
+    assert reasons, "a regressed variant must leave failure reasons reviewers can read"
+
+
+def test_ngram_speculative_decoding_reports_acceptance_counters(ngram: dict[str, pipeline.TaskOutcome]) -> None:
+    evidence = ngram["cs_summary"].engine_evidence
+    assert evidence["spec_decode_drafts"] > 0
+    assert evidence["spec_decode_draft_tokens"] > 0
+    assert evidence["spec_decode_accepted_tokens"] is not None
+    assert 0.0 <= evidence["spec_decode_acceptance_rate"] <= 1.0
+    assert evidence["spec_decode_mean_accepted_length"] >= 1.0
+
+
+@pytest.mark.django_db
+def test_a_run_through_the_services_stores_evidence_in_attach_mode(
+    kit: Kit, base_engine: EngineHandle, settings: Any, capsys: Any
+) -> None:
+    settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
+    backend, _ = backend_register(actor=None, name="kit-base", model_id="optgate/kit-base",
+                                  model_path=str(kit.path(BASE)), model_revision=kit.revision(BASE),
+                                  engine_version="0.32.0", hardware_class="cpu", engine_args=NO_PREFIX)  # fmt: skip
+    run, _ = services.run_request(backend=backend, tasks=["compliance_qa"], load_profile={"requests_per_task": 8},
+                                  attach_base_url=base_engine.base_url, attach_model=base_engine.model)  # fmt: skip
+    run = services.run_execute(run_id=run.pk)
+
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    result = run.task_results.get(task="compliance_qa")
+    assert result.quality["n"] == 60
+    assert len(result.requests) == 8
+    assert SampleRecord.objects.filter(run=run, task="compliance_qa").count() == 60
+    assert run.attempts.get().timings["total_s"] > 0
+    assert LedgerEntry.objects.filter(kind="evaluation.succeeded", subject_id=str(run.pk)).exists()
+    assert ledger_verify().ok
+
+    call_command("evaluate_backend", "kit-base", "--tasks", "compliance_qa", "--requests", "8",
+                 "--attach", base_engine.base_url, "--attach-model", base_engine.model)  # fmt: skip
+    out = capsys.readouterr().out
+    assert f"reusing finished run #{run.pk}" in out
+    assert "compliance_qa" in out and "%" in out
