@@ -16,7 +16,6 @@ from optgate.errors import DomainError, InvalidInput
 from optgate.roles import Actor, person
 
 
-
 def _actor_name(actor: Actor) -> str:
     user = person(actor)
     return user.get_username() if user else "system"
