@@ -12,15 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 
 from evaluators import pipeline, services
 from evaluators.engine import EngineHandle, launch_engine
 from evaluators.kit import BASE, Kit, ensure_kit
-from evaluators.models import RunStatus, SampleRecord
-from ledger.models import LedgerEntry
+from evaluators.models import EvaluationRun, RunStatus, SampleRecord
+from gates import services as gate_services
+from gates.decisions import decision_make
+from gates.models import ReleaseTicket, TaskType
+from ledger.models import Backend, LedgerEntry
 from ledger.selectors import ledger_verify
 from ledger.services import backend_register
+from tests.conftest import ticket_fields
 
 pytestmark = pytest.mark.engine
 
@@ -70,7 +75,7 @@ def prefix_cached(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 @pytest.fixture(scope="module")
 def low_bit(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, pipeline.TaskOutcome]:
     with _launch(kit, kit.degraded, "kit-low-bit", NO_PREFIX, tmp_path_factory.mktemp("logs")) as engine:
-        return _evaluate(engine, ["dataagent_nl2sql"])
+        return _evaluate(engine, ["dataagent_nl2sql", "cs_summary"])
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +159,51 @@ def test_a_run_through_the_services_stores_evidence_in_attach_mode(
     out = capsys.readouterr().out
     assert f"reusing finished run #{run.pk}" in out
     assert "compliance_qa" in out and "%" in out
+
+
+def _stored_run(backend: Backend, outcomes: dict[str, pipeline.TaskOutcome]) -> EvaluationRun:
+    """Store measured outcomes the way ``run_execute`` does, as a finished run of ``backend``."""
+    run, _ = services.run_request(backend=backend, tasks=list(outcomes), load_profile=PROFILE)
+    for outcome in outcomes.values():
+        services._store_task(run, outcome)
+    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.django_db
+def test_a_low_bit_candidate_is_restricted_or_rejected_naming_each_regressed_task(
+    kit: Kit, base: dict[str, pipeline.TaskOutcome], low_bit: dict[str, pipeline.TaskOutcome], settings: Any
+) -> None:
+    settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
+    engineer = User.objects.create_user("erin")
+    engineer.groups.add(Group.objects.get_or_create(name="engineer")[0])
+    common: dict[str, Any] = {"model_id": "optgate/kit", "engine_version": "0.32.0", "hardware_class": "cpu",
+                              "engine_args": NO_PREFIX}  # fmt: skip
+    bf16, _ = backend_register(actor=None, name="kit-bf16", model_path=str(kit.path(BASE)),
+                               model_revision=kit.revision(BASE), **common)  # fmt: skip
+    low, _ = backend_register(actor=None, name="kit-low-bit", model_path=str(kit.path(kit.degraded)),
+                              model_revision=kit.revision(kit.degraded), **common)  # fmt: skip
+    tasks = ["cs_summary", "dataagent_nl2sql"]
+    ticket = gate_services.ticket_create(
+        owner=engineer, **ticket_fields(bf16, low, mechanisms=["weight_quantization"], bottleneck="kv_memory",
+                                        beneficiary_tasks=list(TaskType.objects.filter(slug="cs_summary")),
+                                        risk_tasks=list(TaskType.objects.filter(slug="dataagent_nl2sql")))
+    )  # fmt: skip
+    gate_services.ticket_submit(ticket=ticket, actor=engineer)
+    gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
+    ReleaseTicket.objects.filter(pk=ticket.pk).update(
+        baseline_run=_stored_run(bf16, {t: base[t] for t in tasks}),
+        candidate_run=_stored_run(low, {t: low_bit[t] for t in tasks}),
+    )
+
+    decision = decision_make(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=None)
+
+    assert decision.outcome in ("restrict", "reject"), decision.reasons
+    regressed = [task for task, verdict in decision.verdicts.items() if verdict["status"] == "fail"]
+    assert regressed, decision.verdicts
+    text = " ".join(decision.reasons)
+    for task in regressed:
+        assert task in text
+    assert "%" in text  # the reasons carry the measured pass rates
+    assert ledger_verify().ok
