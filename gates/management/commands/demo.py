@@ -68,6 +68,7 @@ class Command(BaseCommand):
             users = self.create_users()
             backends = self.register_backends()
             self.start_processes(logs, options["port"])
+            self.measure_fleet_baseline(backends["kit-bf16"])
             tickets = self.file_tickets(users["erin"], backends)
             self.print_welcome(options["port"], logs)
             self.follow(tickets, options["timeout"])
@@ -163,6 +164,18 @@ class Command(BaseCommand):
                 child.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
+
+    def measure_fleet_baseline(self, baseline: Backend) -> None:
+        """Queue one baseline run over every task type; each ticket's baseline then reuses it."""
+        from evaluators.services import run_request
+        from evaluators.suites import SUITES
+        from workers.services import run_enqueue
+
+        profile = dict(settings.OPTGATE_LOAD_PROFILE)
+        run, reused = run_request(backend=baseline, tasks=list(SUITES), load_profile=profile)
+        if not reused:
+            run_enqueue(run.pk)
+        self.stdout.write(f"    baseline {baseline.name} on all six task types: run #{run.pk} ({run.status})")
 
     def file_tickets(self, erin: User, b: dict[str, Backend]) -> list[ReleaseTicket]:
         from workers.services import evaluation_request
