@@ -146,7 +146,12 @@ CELERY_TASK_ROUTES = {"optgate.evaluate_run": {"queue": "gpu"}}
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT_S", 300, minimum=10)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT_S", 360, minimum=10)
 # An unacknowledged message comes back after this long (Redis); longer than the longest evaluation.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 7200, minimum=10)}
+# The embedded SQLAlchemy transport passes its options to create_engine, which refuses this one.
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 7200, minimum=10)}
+    if not (CELERY_BROKER_URL or "").startswith("sqla+")
+    else {}
+)
 # Publishing while the broker is down fails fast; the sweeper re-sends from the database later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
