@@ -21,7 +21,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evaluators.models import EvaluationRun
+from evaluators.models import EvaluationRun, RunStatus
 from gates import services as gate_services
 from gates.models import ReleaseTicket, TaskType, TicketStatus
 from ledger.models import Backend
@@ -172,8 +172,10 @@ class Command(BaseCommand):
         from workers.services import run_enqueue
 
         profile = dict(settings.OPTGATE_LOAD_PROFILE)
-        run, reused = run_request(backend=baseline, tasks=list(SUITES), load_profile=profile)
-        if not reused:
+        run, _ = run_request(backend=baseline, tasks=list(SUITES), load_profile=profile)
+        if run.status == RunStatus.QUEUED:
+            # Also after an interrupted demo: a second message for a queued run is harmless (only one
+            # worker can claim it), a lost one would leave it waiting for the sweeper's deadline.
             run_enqueue(run.pk)
         self.stdout.write(f"    baseline {baseline.name} on all six task types: run #{run.pk} ({run.status})")
 
