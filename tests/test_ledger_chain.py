@@ -81,7 +81,9 @@ def test_it_detects_reordered_rows(chain: list[LedgerEntry]) -> None:
     # Swap the content of two neighbours, each keeping a self-consistent hash of its own.
     columns = ["seq", "kind", "subject_type", "subject_id", "subject_name", "actor_name", "payload", "created_at",
                "prev_hash", "hash"]  # fmt: skip
-    _sql("UPDATE ledger_ledgerentry SET seq = seq + 1000, hash = hash || 'x' WHERE id IN (%s, %s)", [one.id, two.id])
+    # Park both rows on placeholder values first: seq and hash are unique.
+    for placeholder, row in (("e" * 64, one), ("f" * 64, two)):
+        _sql("UPDATE ledger_ledgerentry SET seq = seq + 1000, hash = %s WHERE id = %s", [placeholder, row.id])
     for target, source in ((one, two), (two, one)):
         values = [json.dumps(source.payload) if c == "payload" else getattr(source, c) for c in columns]
         assignments = ", ".join(f"{c} = %s" for c in columns)

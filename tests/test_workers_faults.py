@@ -45,7 +45,8 @@ from optgate.celery import app as celery_app
 from workers import services, sweeper
 from workers.tasks import evaluate_run
 
-pytestmark = [pytest.mark.worker, pytest.mark.engine, pytest.mark.django_db(transaction=True)]
+# serialized_rollback: earlier transactional tests flush the database, seeded task types included.
+pytestmark = [pytest.mark.worker, pytest.mark.engine, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = {"requests_per_task": 8, "concurrency": 2, "quality_concurrency": 4, "seed": 0}
