@@ -265,7 +265,8 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
 
 def _finish(run: EvaluationRun, attempt: EvaluationAttempt, status: str, error: str,
             timings: dict[str, float]) -> EvaluationRun:  # fmt: skip
-    evidence = {t.task: t.engine_evidence for t in run.task_results.all()}
+    results = list(run.task_results.all())
+    evidence = {t.task: t.engine_evidence for t in results}
     with transaction.atomic(durable=True):
         run = EvaluationRun.objects.select_for_update().get(pk=run.pk)
         if run.status != RunStatus.RUNNING:
@@ -288,7 +289,7 @@ def _finish(run: EvaluationRun, attempt: EvaluationAttempt, status: str, error: 
                 "attempt": attempt.number,
                 "timings": timings,
                 "error": error[-2000:],
-                "quality": {t.task: t.quality for t in run.task_results.all()},
+                "quality": {t.task: t.quality for t in results},
             },
         )
     return run
