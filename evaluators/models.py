@@ -55,6 +55,10 @@ class EvaluationRun(models.Model):
     engine_evidence = models.JSONField(default=dict, blank=True)
     reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     deadline_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(default=timezone.now, help_text="when the run last became queued")
+    sent_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the broker accepted the current queued message; empty until then"
+    )
     cancel_requested = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -79,6 +83,9 @@ class EvaluationRun(models.Model):
             raise DomainError(f"run #{self.pk} cannot move from {self.status} to {target}")
         now = timezone.now()
         changes = {"status": target, **changes}
+        if target == RunStatus.QUEUED:
+            changes.setdefault("queued_at", now)
+            changes.setdefault("sent_at", None)
         if target == RunStatus.RUNNING:
             changes.setdefault("started_at", now)
         if target in FINISHED_STATUSES:

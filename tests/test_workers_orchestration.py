@@ -217,6 +217,58 @@ def test_the_sweeper_resends_a_queued_run_whose_message_was_lost(
     assert sent["run"].call_count == 2
 
 
+def test_the_sweeper_resends_soon_a_queued_run_the_broker_never_accepted(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    sent["run"].side_effect = ConnectionError("broker down")
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run and ticket.candidate_run
+    runs = [ticket.baseline_run, ticket.candidate_run]
+    for run in runs:
+        run.refresh_from_db()
+        assert run.status == RunStatus.QUEUED and run.sent_at is None
+    sent["run"].reset_mock(side_effect=True)
+
+    assert sweeper.sweep(now=timezone.now() + timedelta(seconds=10)).resent == []  # within the grace
+    later = timezone.now() + sweeper.SEND_GRACE + timedelta(seconds=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = sweeper.sweep(now=later)
+    assert sorted(first.resent) == sorted(run.pk for run in runs)
+    assert sent["run"].call_count == 2
+    for run in runs:
+        run.refresh_from_db()
+        assert run.sent_at is not None  # the broker took it this time
+    much_later = later + sweeper.SEND_GRACE * 5
+    assert sweeper.sweep(now=much_later).resent == []  # accepted messages wait for their deadline
+
+
+def test_a_run_sent_to_the_broker_is_not_resent_before_its_deadline(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    services.evaluation_request(ticket=draft, actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run
+    ticket.baseline_run.refresh_from_db()
+    assert ticket.baseline_run.sent_at is not None
+    assert sweeper.sweep(now=timezone.now() + sweeper.SEND_GRACE * 10).resent == []
+
+
+def test_a_retried_run_needs_a_new_send(draft: ReleaseTicket, erin: User, sent: Any,
+                                        django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
+    services.evaluation_request(ticket=draft, actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run
+    run = ticket.baseline_run
+    _finish(run, RunStatus.ERROR)
+    run.move(RunStatus.QUEUED)
+    run.refresh_from_db()
+    assert run.sent_at is None and run.queued_at > run.created_at
+
+
 def test_the_sweeper_dispatches_a_submitted_ticket_nobody_fanned_out(
     draft: ReleaseTicket, erin: User, sent: Any
 ) -> None:

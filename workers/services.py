@@ -45,6 +45,10 @@ def run_enqueue(run_id: int) -> None:
 
     attempts = EvaluationAttempt.objects.filter(run_id=run_id).count()
     evaluate_run.apply_async((run_id,), task_id=run_task_id(run_id, attempts + 1))
+    # Only now is the message the broker's: a run still without ``sent_at`` is re-sent by the sweeper.
+    EvaluationRun.objects.filter(pk=run_id, status=RunStatus.QUEUED, sent_at__isnull=True).update(
+        sent_at=timezone.now()
+    )
 
 
 def _enqueue_runs(run_ids: list[int]) -> None:

@@ -1,7 +1,9 @@
 """The sweeper: the database is the record of work, so lost messages and dead workers are found here.
 
-- a queued run past its deadline (its message was lost, e.g. published while the broker was down)
-  is sent again with a new deadline;
+- a queued run whose message the broker never accepted (published while the broker was down) is
+  sent again once it has waited ``SEND_GRACE``;
+- a queued run past its deadline (its message was lost inside the broker) is sent again with a new
+  deadline;
 - a running run past its deadline is re-queued (another attempt) or, after the last attempt,
   failed with the reason;
 - a submitted ticket nobody fanned out is dispatched; an evaluating ticket whose runs are all
@@ -26,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 # A submitted ticket is left alone this long: the enqueue after commit normally takes it first.
 DISPATCH_GRACE = timedelta(seconds=30)
+# Likewise a queued run whose message has not reached the broker yet.
+SEND_GRACE = timedelta(seconds=60)
 
 
 @dataclass
@@ -42,7 +46,18 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
     now = now or timezone.now()
     report = SweepReport()
     new_deadline = now + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S)
-    for run in EvaluationRun.objects.filter(status=RunStatus.QUEUED, deadline_at__lte=now):
+    unsent = EvaluationRun.objects.filter(
+        status=RunStatus.QUEUED, sent_at__isnull=True, queued_at__lte=now - SEND_GRACE
+    )
+    for run in unsent:
+        # Compare-and-swap on queued_at so two sweeps re-send once per grace period.
+        if EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED, queued_at=run.queued_at).update(
+            queued_at=now, deadline_at=new_deadline
+        ):
+            report.resent.append(run.pk)
+    for run in EvaluationRun.objects.filter(status=RunStatus.QUEUED, deadline_at__lte=now).exclude(
+        pk__in=report.resent
+    ):
         # Compare-and-swap on the deadline so two sweeps re-send once.
         if EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED, deadline_at=run.deadline_at).update(
             deadline_at=new_deadline
