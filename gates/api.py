@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gates import selectors, services
+from gates.api_gate import SignOffInputSerializer
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TaskType, TicketStatus
 from gates.vocabulary import METRICS
 from ledger.models import Backend
@@ -30,6 +31,7 @@ class TaskTypeViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = TaskType.objects.all()
     serializer_class = TaskTypeSerializer
     lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"  # a slug; anything else (a NUL byte, say) is a 404, not a query
     pagination_class = None
 
 
@@ -105,7 +107,7 @@ class TransitionSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
 
-class RollbackSerializer(serializers.Serializer):
+class TicketRollbackSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=4000)
     task = serializers.SlugField(
         required=False, allow_blank=True, help_text="one task type; all of the ticket's if empty"
@@ -135,7 +137,6 @@ class TicketFilter(django_filters.FilterSet):
 def _transition_action(name: str) -> Any:
     sources, target = TRANSITIONS[name]
 
-    @extend_schema(request=TransitionSerializer, responses={200: TicketSerializer}, operation_id=f"tickets_{name}")
     def take(self: TicketViewSet, request: Request, pk: str | None = None) -> Response:
         ticket = self.get_object()
         body = TransitionSerializer(data=request.data)
@@ -145,7 +146,9 @@ def _transition_action(name: str) -> Any:
 
     take.__doc__ = f"{name.replace('_', ' ').capitalize()}: {' | '.join(sorted(sources))} → {target}."
     take.__name__ = name
-    return action(detail=True, methods=["post"], url_path=name.replace("_", "-"))(take)
+    # extend_schema goes on top: @action replaces the function's kwargs, where the schema is kept.
+    routed = action(detail=True, methods=["post"], url_path=name.replace("_", "-"))(take)
+    return extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})(routed)
 
 
 class TicketViewSet(
@@ -219,14 +222,14 @@ class TicketViewSet(
         ticket = routes_promote(ticket=self.get_object(), actor=request.user, **body.validated_data)
         return Response(TicketSerializer(self.get_queryset().get(pk=ticket.pk)).data)
 
-    @extend_schema(request=RollbackSerializer, responses={200: TicketSerializer})
+    @extend_schema(request=TicketRollbackSerializer, responses={200: TicketSerializer})
     @action(detail=True, methods=["post"], url_path="roll-back")
     def roll_back(self, request: Request, pk: str | None = None) -> Response:
         """Move one task type (or all of the ticket's) back to the rollback target in one route version."""
         from gates.routing import routes_rollback
 
         ticket = self.get_object()
-        body = RollbackSerializer(data=request.data)
+        body = TicketRollbackSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         routes_rollback(ticket=ticket, actor=request.user, reason=body.validated_data["reason"],
                         task=body.validated_data.get("task") or None)  # fmt: skip
@@ -242,7 +245,7 @@ class TicketViewSet(
 
         return ticket_decision(self.get_object())
 
-    @extend_schema(request=None, responses={201: dict})
+    @extend_schema(request=SignOffInputSerializer, responses={201: dict})
     @action(detail=True, methods=["post"], url_path="sign-off", permission_classes=[permissions.IsAuthenticated])
     def sign_off(self, request: Request, pk: str | None = None) -> Response:
         """Sign off the current decision: {decision, reason_code, comment, override_reason, capacity, tasks}."""

@@ -32,7 +32,7 @@ DECIDABLE_STATUSES = frozenset({TicketStatus.EVALUATING, TicketStatus.EVALUATED}
 def gate_policy(name: str | None = None) -> Policy:
     """The named policy, or the one ``settings.OPTGATE_GATE_POLICY`` selects (default ``default``)."""
     try:
-        return load_policy(name or str(getattr(settings, "OPTGATE_GATE_POLICY", "default")))
+        return load_policy(name or settings.OPTGATE_GATE_POLICY)
     except PolicyError as exc:
         raise InvalidInput({"policy": str(exc)}) from None
 

@@ -34,13 +34,14 @@ from django.views.decorators.http import require_POST
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions, status
-from rest_framework.authtoken.models import Token
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from gates.authentication import key_from_header
 from gates.decisions import decision_current
 from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
+from gates.tokens import TokenRejected, api_token_authenticate, key_prefix
 from ledger.models import Backend
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,8 @@ def backend_verdict(*, backend_name: str, route: str | None = None) -> BackendVe
     route; ``restrict`` allows only the signed tasks (so without a route it does not allow); a
     rollback or retirement withdraws the allowance whatever was signed before.
     """
-    backend = Backend.objects.filter(name=backend_name).first()
+    # PostgreSQL refuses to compare text holding a NUL character; no backend name has one.
+    backend = Backend.objects.filter(name=backend_name).first() if "\x00" not in backend_name else None
     if backend is None:
         reason = f"OptGate has no backend named {backend_name!r}"
         return BackendVerdict(backend_name, UNKNOWN, False, route, reason=reason)
@@ -151,13 +153,23 @@ def argo_verdict(request: Request) -> Response:
 # --- Flagger -----------------------------------------------------------------------------------
 
 
-def _flagger_user(request: HttpRequest, body: dict[str, Any]) -> bool:
-    """Flagger cannot send headers on webhooks, so its token may travel in ``metadata.token``."""
-    header = request.headers.get("Authorization", "")
-    key = header.removeprefix("Token ").strip() if header.startswith("Token ") else ""
-    metadata = _mapping(body.get("metadata"))
-    key = key or str(metadata.get("token") or "")
-    return bool(key) and Token.objects.filter(key=key, user__is_active=True).exists()
+def _flagger_user(request: HttpRequest, body: dict[str, Any]) -> str | None:
+    """None when the caller holds a live API token, else why not.
+
+    Flagger cannot send headers on webhooks, so its token may travel in ``metadata.token``.
+    """
+    key = ""
+    try:
+        key = key_from_header(request.headers.get("Authorization", "")) or str(
+            _mapping(body.get("metadata")).get("token") or ""
+        )
+        if not key:
+            return "authentication required (Authorization: Token … or metadata.token)"
+        api_token_authenticate(key)
+    except TokenRejected as exc:
+        logger.info("flagger webhook: api token rejected (%s): prefix %s", exc, key_prefix(key) or "(none)")
+        return str(exc)
+    return None
 
 
 @csrf_exempt
@@ -170,13 +182,13 @@ def flagger_confirm_promotion(request: HttpRequest) -> JsonResponse:
     """
     try:
         body = json.loads(request.body or b"{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: nested past the recursion limit
         return JsonResponse({"detail": "the body must be JSON"}, status=400)
     if not isinstance(body, dict):
         return JsonResponse({"detail": "the body must be a JSON object"}, status=400)
-    if not _flagger_user(request, body):
-        return JsonResponse({"detail": "authentication required (Authorization: Token … or metadata.token)"},
-                            status=401)  # fmt: skip
+    refusal = _flagger_user(request, body)
+    if refusal:
+        return JsonResponse({"detail": refusal}, status=401)
     metadata = _mapping(body.get("metadata"))
     name = str(metadata.get("backend") or body.get("name") or "").strip()
     if not name:
@@ -249,21 +261,21 @@ def github_callback_send(url: str, review: dict[str, Any]) -> int | None:
     Returns the response status, or None when delivery is off (the default: no network from here
     unless an operator turns it on and lets this host reach GitHub).
     """
-    if not getattr(settings, "OPTGATE_GITHUB_CALLBACK", False):
+    if not settings.OPTGATE_GITHUB_CALLBACK:
         return None
     if not url.startswith("https://"):
         logger.warning("not sending a deployment review to a non-https callback %r", url)
         return None
     from workers.notifications import post_json
 
-    return post_json(url, review, timeout_s=float(getattr(settings, "OPTGATE_NOTIFY_TIMEOUT_S", 10)))
+    return post_json(url, review, timeout_s=float(settings.OPTGATE_NOTIFY_TIMEOUT_S))
 
 
 @csrf_exempt
 @require_POST
 def github_deployment_protection(request: HttpRequest) -> JsonResponse:
     """GitHub ``deployment_protection_rule`` webhook: verify, decide, answer with the review."""
-    secret = str(getattr(settings, "OPTGATE_GITHUB_WEBHOOK_SECRET", "") or "")
+    secret = settings.OPTGATE_GITHUB_WEBHOOK_SECRET
     try:
         github_signature_check(body=request.body, header=request.headers.get("X-Hub-Signature-256", ""),
                                secret=secret)  # fmt: skip
@@ -276,7 +288,7 @@ def github_deployment_protection(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"detail": f"ignored event {event_name or '(none)'}"}, status=202)
     try:
         event = json.loads(request.body)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: nested past the recursion limit
         return JsonResponse({"detail": "the body must be JSON"}, status=400)
     if not isinstance(event, dict) or event.get("action") != "requested":
         return JsonResponse({"detail": "only action=requested is answered"}, status=202)

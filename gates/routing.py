@@ -159,7 +159,7 @@ def route_name(task: str, tenant: str = "") -> str:
 
 
 def _api_base(backend: Backend) -> str:
-    template = getattr(settings, "OPTGATE_ROUTE_API_BASE", "http://{backend}:8000/v1")
+    template = settings.OPTGATE_ROUTE_API_BASE
     return str(backend.model_card.get("api_base") or template.format(backend=backend.name))
 
 

@@ -4,7 +4,8 @@ Capacities are Django groups: every member of ``reviewer`` signs as ``platform``
 capacities need an extra group, ``reviewer:sre``, ``reviewer:business_owner`` or
 ``reviewer:security`` (and the ``reviewer`` role itself). The capacities a ticket needs come from
 the risk tiers of the tasks the candidate would serve, per
-``settings.OPTGATE_SIGNOFF_CAPACITIES`` (default below); a decision carrying the cross-tenant
+``settings.OPTGATE_SIGNOFF_CAPACITIES`` (default: ``platform`` for every tier, plus
+``business_owner`` for high-risk tasks); a decision carrying the cross-tenant
 prefix-cache finding also needs ``security``. A rejection keeps everything on the baseline, so
 one reviewer of any capacity suffices.
 
@@ -46,16 +47,11 @@ from optgate.errors import DomainError, InvalidInput, NotAllowed
 from optgate.roles import REVIEWER, Actor, has_role, person
 
 CAPACITY_GROUP_PREFIX = "reviewer:"
-DEFAULT_CAPACITIES: dict[str, tuple[str, ...]] = {
-    RiskTier.LOW: (ReviewerCapacity.PLATFORM,),
-    RiskTier.MEDIUM: (ReviewerCapacity.PLATFORM,),
-    RiskTier.HIGH: (ReviewerCapacity.PLATFORM, ReviewerCapacity.BUSINESS_OWNER),
-}
 
 
 def capacities_by_tier() -> dict[str, frozenset[str]]:
     """Required capacities per risk tier; a typo in the setting raises instead of weakening the gate."""
-    configured = getattr(settings, "OPTGATE_SIGNOFF_CAPACITIES", None) or DEFAULT_CAPACITIES
+    configured = settings.OPTGATE_SIGNOFF_CAPACITIES
     if not isinstance(configured, dict) or set(configured) != set(RiskTier.values):
         raise ImproperlyConfigured(f"OPTGATE_SIGNOFF_CAPACITIES must map each of {RiskTier.values} to capacities")
     result = {}

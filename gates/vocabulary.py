@@ -20,6 +20,8 @@ QUALITY_METRICS = (
     "citation_accuracy", "tool_argument_validity", "code_test_pass_rate", "truncation_rate",
 )  # fmt: skip
 METRICS = frozenset(PERFORMANCE_METRICS + QUALITY_METRICS)
+# The choices of API fields naming metrics (one named enum in the OpenAPI schema: MetricEnum).
+METRIC_CHOICES = tuple(sorted(METRICS))
 
 ROLLBACK_PLAN_FIELDS = {
     "sacrifices": "what is given up when rolling back",

@@ -8,6 +8,7 @@ silently falling back to a default.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -69,3 +70,20 @@ def env_paths(name: str, default: list[Path]) -> list[Path]:
             raise ImproperlyConfigured(f"{name}: {item!r} is not an absolute path")
         paths.append(path.resolve())
     return paths
+
+
+RATE_FORMAT = re.compile(r"^(?P<count>\d+)/(?P<period>s|sec|second|m|min|minute|h|hour|d|day)$")
+
+
+def env_rate(name: str, default: str | None) -> str | None:
+    """A request rate like ``60/min`` (periods s, min, hour, day); ``off`` or None means no limit."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        value = default
+    if value is None or value.strip().lower() in {"off", "none"}:
+        return None
+    rate = value.strip().lower()
+    match = RATE_FORMAT.match(rate)
+    if not match or int(match["count"]) < 1:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a rate like 60/min (periods: s, min, hour, day) or off")
+    return rate

@@ -168,7 +168,7 @@ def render() -> tuple[str, str]:
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``/metrics`` for Prometheus; a bearer token is required when one is configured."""
-    token = str(getattr(settings, "OPTGATE_METRICS_TOKEN", "") or "")
+    token = settings.OPTGATE_METRICS_TOKEN
     if token:
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(sent.encode(), token.encode()):

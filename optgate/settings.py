@@ -13,19 +13,24 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from optgate.env import env_bool, env_int, env_list, env_paths, env_str
+from optgate.env import env_bool, env_int, env_list, env_paths, env_rate, env_str
 from workers.env import env_json_object
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("OPTGATE_VAR_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
 
 DEBUG = env_bool("DEBUG", False)
+# The embedded quick-start serves plain http on a laptop; production sets OPTGATE_EMBEDDED=0, and
+# with DEBUG off that switches on every production safety below (each can still be overridden).
+OPTGATE_EMBEDDED = env_bool("OPTGATE_EMBEDDED", True)
+PRODUCTION = not DEBUG and not OPTGATE_EMBEDDED
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG and not env_bool("OPTGATE_EMBEDDED", True):
+    if PRODUCTION:
         raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off")
     # The embedded quick-start runs on a laptop; production sets OPTGATE_EMBEDDED=0.
-    SECRET_KEY = "embedded-insecure-key-set-SECRET_KEY-in-production"
+    # Django's "django-insecure-" prefix makes `check --deploy` flag it wherever it is used.
+    SECRET_KEY = "django-insecure-embedded-key-set-SECRET_KEY-in-production"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -38,7 +43,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "ledger",
@@ -92,6 +96,16 @@ DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME")} if env_st
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Rate-limit counters live in the cache: one process in the embedded setup; several web processes
+# need a shared cache (CACHE_URL=redis://host:6379/1) or each counts on its own.
+CACHE_URL = env_str("CACHE_URL", "locmem://") or "locmem://"
+if CACHE_URL.startswith(("redis://", "rediss://")):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+elif CACHE_URL == "locmem://":
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    raise ImproperlyConfigured("CACHE_URL must be locmem:// or a redis:// / rediss:// URL")
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -109,11 +123,25 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
 
+# Requests allowed per client ("N/s|min|hour|day", or "off"): anonymous requests per address,
+# writes per user, token create/rotate per user, web sign-in attempts per address and per username.
+OPTGATE_RATE_LIMITS = {
+    "anon": env_rate("OPTGATE_RATE_ANON", "120/min"),
+    "write": env_rate("OPTGATE_RATE_WRITE", "300/min"),
+    "token": env_rate("OPTGATE_RATE_TOKEN", "10/hour"),
+    "login_ip": env_rate("OPTGATE_RATE_LOGIN_IP", "30/min"),
+    "login_username": env_rate("OPTGATE_RATE_LOGIN_USERNAME", "10/min"),
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "gates.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_THROTTLE_CLASSES": ["optgate.throttling.AnonThrottle", "optgate.throttling.UserWriteThrottle"],
+    # Reverse proxies in front of the web processes: throttles then count the client address from
+    # X-Forwarded-For. 0 trusts only the socket address, so clients cannot spoof that header.
+    "NUM_PROXIES": env_int("OPTGATE_NUM_PROXIES", 0, minimum=0),
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
@@ -128,6 +156,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Benefit and guardrail metrics share one choice set; name it once.
+    "ENUM_NAME_OVERRIDES": {"MetricEnum": "gates.vocabulary.METRIC_CHOICES"},
 }
 
 # Celery. The embedded default is kombu's SQLAlchemy transport on a SQLite file: no server.
@@ -181,6 +211,17 @@ OPTGATE_GITHUB_WEBHOOK_SECRET = env_str("OPTGATE_GITHUB_WEBHOOK_SECRET", "") or 
 OPTGATE_GITHUB_CALLBACK = env_bool("OPTGATE_GITHUB_CALLBACK", False)
 OPTGATE_METRICS_TOKEN = env_str("OPTGATE_METRICS_TOKEN", "") or ""
 
+# The gate: which policy judges (YAML under gates/policies/), which reviewer capacities each risk
+# tier needs (checked where it is used: gates.signoff), and the URL template of exported routes.
+OPTGATE_GATE_POLICY = env_str("OPTGATE_GATE_POLICY", "default") or "default"
+OPTGATE_SIGNOFF_CAPACITIES = env_json_object(
+    "OPTGATE_SIGNOFF_CAPACITIES",
+    {"low": ["platform"], "medium": ["platform"], "high": ["platform", "business_owner"]},
+)
+OPTGATE_ROUTE_API_BASE = env_str("OPTGATE_ROUTE_API_BASE", "http://{backend}:8000/v1") or ""
+if "{backend}" not in OPTGATE_ROUTE_API_BASE or not OPTGATE_ROUTE_API_BASE.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OPTGATE_ROUTE_API_BASE must be an http(s) URL template containing {backend}")
+
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "optgate@localhost")
 
@@ -201,19 +242,59 @@ if OPTGATE_NOTIFY_WEBHOOK_URL and not OPTGATE_NOTIFY_WEBHOOK_URL.startswith(("ht
 OPTGATE_NOTIFY_MAX_ATTEMPTS = env_int("OPTGATE_NOTIFY_MAX_ATTEMPTS", 5, minimum=1)
 OPTGATE_NOTIFY_TIMEOUT_S = env_int("OPTGATE_NOTIFY_TIMEOUT_S", 10, minimum=1)
 
+# Every handler redacts secrets (keys, passwords in URLs, Authorization headers, secret settings)
+# before a record is written; see optgate/log_redaction.py. Django's own default handlers are
+# replaced: its request lines (django.server) may carry keys in query strings, and its admin
+# e-mails would carry request headers.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact_secrets": {"()": "optgate.log_redaction.RedactSecretsFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "django.server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]},
+        "django.server": {
+            "class": "logging.StreamHandler",
+            "formatter": "django.server",
+            "filters": ["redact_secrets"],
+        },
+    },
+    "loggers": {
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 
-if not DEBUG and not env_bool("OPTGATE_EMBEDDED", True):
-    SESSION_COOKIE_SECURE = True
-    CSRF_COOKIE_SECURE = True
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
-    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = True
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# HTTPS: on in production (see PRODUCTION above), off for the embedded quick-start on http://127.0.0.1.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
+# Load-balancer health probes often speak plain http inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", PRODUCTION)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", PRODUCTION)
+# The header a TLS-terminating proxy sets, as "Header-Name=value"; "off" when nothing proxies.
+# Trusting it without such a proxy would let any client claim https.
+_proxy_header = (
+    env_str("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto=https" if PRODUCTION else "off") or "off"
+).strip()
+if _proxy_header.lower() == "off":
+    SECURE_PROXY_SSL_HEADER = None
+elif "=" in _proxy_header and all(part.strip() for part in _proxy_header.split("=", 1)):
+    _name, _value = (part.strip() for part in _proxy_header.split("=", 1))
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _name.upper().replace("-", "_"), _value)
+else:
+    raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER={_proxy_header!r} must be Header-Name=value or off")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True

@@ -9,8 +9,10 @@ from evaluators.api import RunViewSet
 from gates import integrations
 from gates.api import TaskTypeViewSet, TicketViewSet
 from gates.api_gate import PolicyViewSet, RouteViewSet
+from gates.api_tokens import ApiTokenViewSet
 from ledger.api import BackendViewSet, LedgerViewSet
 from optgate import views
+from optgate.login import RateLimitedLoginView
 from optgate.metrics import metrics_view
 
 router = DefaultRouter()
@@ -21,10 +23,13 @@ router.register("ledger", LedgerViewSet, basename="ledger")
 router.register("policies", PolicyViewSet, basename="policy")
 router.register("routes", RouteViewSet, basename="route")
 router.register("runs", RunViewSet, basename="run")
+router.register("tokens", ApiTokenViewSet, basename="token")
 
 urlpatterns = [
     path("", include("gates.urls")),
     path("healthz", views.healthz, name="healthz"),
+    # Ahead of django.contrib.auth.urls, whose unlimited LoginView it replaces.
+    path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/integrations/argo/verdict/", integrations.argo_verdict, name="argo-verdict"),

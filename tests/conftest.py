@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from gates import services as gate_services
 from gates.models import ReleaseTicket, TaskType
+from gates.tokens import api_token_issue
 from ledger import services as ledger_services
 from ledger.models import Backend
 
@@ -30,6 +30,8 @@ def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory) 
     root.mkdir(exist_ok=True)
     settings.OPTGATE_MODEL_ROOTS = [root.resolve()]
     settings.OPTGATE_VALIDATE_WITH_VLLM = False
+    # Rate limits stay on but out of reach; tests/test_rate_limits.py lowers them on purpose.
+    settings.OPTGATE_RATE_LIMITS = {scope: "100000/min" for scope in settings.OPTGATE_RATE_LIMITS}
 
 
 @pytest.fixture
@@ -77,13 +79,13 @@ def olga(db: None) -> User:
 
 @pytest.fixture
 def api_for() -> Callable[[User | None], APIClient]:
-    """An API client authenticated with the user's token (or anonymous for None)."""
+    """An API client authenticated with a fresh API token of the user (or anonymous for None)."""
 
     def make(user: User | None) -> APIClient:
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            key = api_token_issue(actor=None, user=user, name="tests").key
+            client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
         return client
 
     return make

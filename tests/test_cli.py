@@ -18,11 +18,11 @@ import httpx
 import pytest
 import yaml
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
 from evaluators.models import RunStatus
 from gates import decisions, routing
 from gates.models import GateDecision, ReleaseTicket
+from gates.tokens import api_token_issue
 from ledger.models import Backend
 from optgate import cli
 from tests.conftest import backend_fields
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 def token_of(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+    return api_token_issue(actor=None, user=user, name="cli-tests").key
 
 
 @pytest.fixture

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
-from rest_framework.authtoken.models import Token
 
 from evaluators import imports
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
 from evaluators.selectors import run_task_evidence
 from evaluators.suites import get_suite
+from gates.tokens import api_token_issue
 from ledger.models import Backend, LedgerEntry
 from ledger.selectors import ledger_verify
 from ledger.services import backend_register
@@ -293,7 +293,7 @@ def test_lm_eval_files_of_another_suite_version_task_or_prompt_are_refused(
 def test_the_cli_imports_the_real_files_into_an_import_run(
     live_server: Any, erin: User, tiny_backend: Backend, real_files: dict[str, Path]
 ) -> None:
-    token = Token.objects.create(user=erin).key
+    token = api_token_issue(actor=None, user=erin).key
 
     def optgate(*argv: str) -> int:
         return cli.main(["--url", live_server.url, "--token", token, *argv], out=io.StringIO())

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from django.contrib.auth.models import User
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from gates import integrations, routing
 from gates import services as gate_services
 from gates.models import GateDecision, ReleaseTicket
+from gates.tokens import api_token_issue
 from ledger.models import Backend
 from tests.conftest import ticket_fields
 from tests.test_gate_decisions import store_run
@@ -159,14 +159,14 @@ def flagger_post(client: Client, metadata: dict[str, Any], **headers: str) -> An
 def test_flagger_confirms_promotion_only_when_the_route_is_approved(
     olga: User, approved: Backend, restricted: Backend, rejected: Backend, backend: str, route: str, status: int
 ) -> None:
-    token = Token.objects.create(user=olga).key
+    token = api_token_issue(actor=None, user=olga).key
     response = flagger_post(Client(), {"backend": backend, "route": route}, Authorization=f"Token {token}")
     assert response.status_code == status
     assert response.json()["backend"] == backend
 
 
 def test_flagger_takes_the_token_from_metadata_and_refuses_without_one(olga: User, approved: Backend) -> None:
-    token = Token.objects.create(user=olga).key
+    token = api_token_issue(actor=None, user=olga).key
     assert flagger_post(Client(), {"backend": approved.name, "token": token}).status_code == 200
     assert flagger_post(Client(), {"backend": approved.name}).status_code == 401
     assert flagger_post(Client(), {"backend": approved.name, "token": "wrong"}).status_code == 401

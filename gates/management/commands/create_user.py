@@ -1,4 +1,4 @@
-"""Create (or update) a user with one of the roles, optionally printing an API token."""
+"""Create (or update) a user with one of the roles, optionally issuing and printing an API token."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
+from gates.tokens import api_token_replace_named
 from optgate.roles import ROLES
 
 
@@ -21,7 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("--role", choices=ROLES, required=True)
         parser.add_argument("--password", help="set this password (otherwise the user cannot sign in to the UI)")
         parser.add_argument("--email", default="")
-        parser.add_argument("--token", action="store_true", help="print the user's API token, creating it if needed")
+        parser.add_argument(
+            "--token",
+            action="store_true",
+            help="issue an API token named 'default' (replacing an earlier one) and print its key, shown only now",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         User = get_user_model()
@@ -38,5 +42,6 @@ class Command(BaseCommand):
             user.groups.add(Group.objects.get(name=options["role"]))
         self.stdout.write(f"{'created' if created else 'updated'} {options['role']} {username}")
         if options["token"]:
-            token, _ = Token.objects.get_or_create(user=user)
-            self.stdout.write(f"token: {token.key}")
+            # Keys are stored hashed, so an existing one cannot be shown again: issue a fresh one.
+            issued = api_token_replace_named(actor=None, user=user, name="default")
+            self.stdout.write(f"token: {issued.key}")

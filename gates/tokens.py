@@ -1,0 +1,203 @@
+"""API tokens: issue, rotate, revoke and verify hashed keys.
+
+A key looks like ``og_<prefix>_<secret>``. The prefix (10 hex digits) is public and unique: it
+finds the row without scanning. Only ``sha256(secret)`` is stored, compared in constant time, so
+a copy of the database does not hand out working keys. Keys carried over from the plaintext
+``rest_framework.authtoken`` table (40 hex digits, no ``og_``) are stored the same way under the
+prefix ``legacy-<first 12 digits>`` and keep working until they are rotated or revoked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from gates.models import ApiToken
+from optgate.errors import DomainError, InvalidInput, NotAllowed
+from optgate.roles import ADMIN, Actor, has_role, person
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "og"
+PREFIX_BYTES = 5  # 10 hex digits
+LEGACY_PREFIX = "legacy-"
+LEGACY_KEY = re.compile(r"^[0-9a-f]{40}$")
+KEY_FORMAT = re.compile(r"^og_(?P<prefix>[0-9a-f]{10})_(?P<secret>[A-Za-z0-9_\-]{20,})$")
+# How often a token's last_used_at is written: once a minute is enough to see stale keys
+# without a database write on every request.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class TokenRejected(Exception):
+    """The key is unknown, malformed, revoked, expired or belongs to an inactive user."""
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A freshly issued token and its full key; the key exists nowhere else after this."""
+
+    token: ApiToken
+    key: str
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def legacy_prefix(key: str) -> str:
+    """The prefix a carried-over plaintext key is stored under."""
+    return LEGACY_PREFIX + key[:12]
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    """(prefix, secret) of a key in either format; raises ``TokenRejected`` for anything else."""
+    match = KEY_FORMAT.match(key)
+    if match:
+        return match["prefix"], match["secret"]
+    if LEGACY_KEY.match(key):
+        return legacy_prefix(key), key
+    raise TokenRejected("malformed token")
+
+
+def key_prefix(key: str) -> str | None:
+    """The public prefix of ``key`` (safe to log), or None when it is not a key at all."""
+    try:
+        return _split_key(key)[0]
+    except TokenRejected:
+        return None
+
+
+def api_token_authenticate(key: str) -> ApiToken:
+    """The active token ``key`` belongs to; raises ``TokenRejected`` saying why not.
+
+    Every caller that accepts a key (the REST API, the deployment-tool webhooks) goes through here.
+    """
+    prefix, secret = _split_key(key.strip())
+    token = ApiToken.objects.select_related("user").filter(prefix=prefix).first()
+    # Hash and compare even when no row matched, so timing does not tell a known prefix apart.
+    expected = token.key_hash if token is not None else "0" * 64
+    if not hmac.compare_digest(hash_secret(secret), expected) or token is None:
+        raise TokenRejected("invalid token")
+    now = timezone.now()
+    state = token.state_at(now)
+    if state == "revoked":
+        raise TokenRejected("token revoked; ask for a new one")
+    if state == "expired":
+        raise TokenRejected("token expired; rotate it or ask for a new one")
+    if not token.user.is_active:
+        raise TokenRejected("user inactive: the account was deactivated")
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        # Compare-and-swap: of concurrent requests in the same minute only one writes.
+        ApiToken.objects.filter(pk=token.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lte=now - LAST_USED_RESOLUTION)
+        ).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+def api_tokens_visible(*, actor: Actor) -> QuerySet[ApiToken]:
+    """Tokens ``actor`` may see and manage: everyone's for an admin, otherwise their own."""
+    user = person(actor)
+    if user is None:
+        return ApiToken.objects.none()
+    tokens = ApiToken.objects.select_related("user")
+    return tokens if has_role(user, ADMIN) else tokens.filter(user=user)
+
+
+def _check_may_manage(actor: Actor, owner: User) -> None:
+    if actor is None:
+        return  # the system: a management command run by an operator on the server
+    user = person(actor)
+    if user is None or not (user.pk == owner.pk or has_role(user, ADMIN)):
+        raise NotAllowed("only admins manage other users' tokens")
+
+
+def _new_token(*, user: User, name: str, expires_at: datetime | None) -> IssuedToken:
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise InvalidInput({"name": "a name of 1 to 100 characters is required"})
+    if expires_at is not None and expires_at <= timezone.now():
+        raise InvalidInput({"expires_at": "must lie in the future"})
+    for _ in range(5):  # a 40-bit prefix collides rarely; draw again when it does
+        prefix = secrets.token_hex(PREFIX_BYTES)
+        secret = secrets.token_urlsafe(32)
+        try:
+            with transaction.atomic():
+                token = ApiToken.objects.create(
+                    user=user, name=name, prefix=prefix, key_hash=hash_secret(secret), expires_at=expires_at
+                )
+        except IntegrityError:
+            continue
+        logger.info("api token %s (%s) issued for %s", prefix, name, user.get_username())
+        return IssuedToken(token=token, key=f"{KEY_PREFIX}_{prefix}_{secret}")
+    raise RuntimeError("could not draw an unused token prefix")
+
+
+def api_token_issue(
+    *, actor: Actor, user: User, name: str = "default", expires_at: datetime | None = None
+) -> IssuedToken:
+    """Issue a new token for ``user``; the returned key is the only copy of the secret."""
+    _check_may_manage(actor, user)
+    if not user.is_active:
+        raise InvalidInput({"user": "the user is inactive"})
+    return _new_token(user=user, name=name, expires_at=expires_at)
+
+
+def api_token_rotate(*, actor: Actor, token: ApiToken, expires_at: datetime | None = None) -> IssuedToken:
+    """Revoke ``token`` and issue its replacement (same user and name) in one transaction.
+
+    Without ``expires_at`` the replacement gets the old token's lifetime, counted from now.
+    A token already revoked cannot be rotated (409): its replacement, if any, exists already.
+    """
+    _check_may_manage(actor, token.user)
+    now = timezone.now()
+    if expires_at is None and token.expires_at is not None:
+        expires_at = now + (token.expires_at - token.created_at)
+    with transaction.atomic():
+        if not ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
+            raise DomainError(f"token {token.prefix} is revoked; issue a new one instead")
+        issued = _new_token(user=token.user, name=token.name, expires_at=expires_at)
+    logger.info("api token %s rotated by %s; replaced by %s", token.prefix, _name(actor), issued.token.prefix)
+    token.revoked_at = now
+    return issued
+
+
+def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
+    """Revoke ``token`` from now on; revoking it again changes nothing."""
+    _check_may_manage(actor, token.user)
+    now = timezone.now()
+    if ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
+        token.revoked_at = now
+        logger.info("api token %s revoked by %s", token.prefix, _name(actor))
+    else:
+        token.refresh_from_db(fields=["revoked_at"])
+    return token
+
+
+def api_token_replace_named(
+    *, actor: Actor, user: User, name: str = "default", expires_at: datetime | None = None
+) -> IssuedToken:
+    """Revoke every live token of ``user`` called ``name`` and issue its replacement, atomically."""
+    _check_may_manage(actor, user)
+    with transaction.atomic():
+        revoked = ApiToken.objects.filter(user=user, name=name.strip(), revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        issued = api_token_issue(actor=actor, user=user, name=name, expires_at=expires_at)
+    logger.info("%s api token(s) %r of %s replaced by %s", revoked, name, user.get_username(), issued.token.prefix)
+    return issued
+
+
+def _name(actor: Actor) -> str:
+    user = person(actor)
+    return user.get_username() if user else "system"
