@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Prefetch, prefetch_related_objects
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions, serializers, status, viewsets
@@ -61,7 +62,8 @@ class PolicyViewSet(viewsets.ViewSet):
     lookup_field = "name"
     lookup_value_regex = r"[a-z][a-z0-9_-]*(@[0-9]+)?"
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    # A plain ViewSet: the schema generator cannot tell list from retrieve without the operation id.
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="v1_policies_list")
     def list(self, request: Request) -> Response:
         return Response([_policy_summary(policy) for policy in list_policies()])
 
@@ -141,6 +143,8 @@ def ticket_decision(ticket: ReleaseTicket) -> Response:
     current = decision_current(ticket=ticket)
     if current is None:
         return Response({"detail": f"ticket #{ticket.pk} has no gate decision yet"}, status=status.HTTP_404_NOT_FOUND)
+    # The sign-offs with their reviewers in one query, not one per sign-off.
+    prefetch_related_objects([current], Prefetch("sign_offs", queryset=SignOff.objects.select_related("reviewer")))
     earlier = GateDecision.objects.filter(ticket=ticket).exclude(pk=current.pk).order_by("-id")
     return Response({
         **DecisionSerializer(current).data,
@@ -206,6 +210,11 @@ class RollbackSerializer(TicketRefSerializer):
     task = serializers.SlugField(required=False)
 
 
+class CacheSaltQuerySerializer(serializers.Serializer):
+    task = serializers.SlugField()
+    tenant = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
+
+
 class RouteSetSerializer(StrictInputSerializer):
     task = serializers.SlugField()
     tenant = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
@@ -237,7 +246,7 @@ class RouteViewSet(viewsets.ViewSet):
     def list(self, request: Request) -> Response:
         """The current table (or ``?version=N``)."""
         raw = request.query_params.get("version")
-        if raw is not None and not raw.isdigit():
+        if raw is not None and not (raw.isascii() and raw.isdigit()):  # int() refuses "²", which isdigit() accepts
             raise InvalidInput({"version": "must be a version number"})
         number = int(raw) if raw is not None else None
         current = routing.route_version_current()
@@ -269,13 +278,15 @@ class RouteViewSet(viewsets.ViewSet):
         return Response(routing.routes_export_json())
 
     @extend_schema(
-        parameters=[OpenApiParameter("task", str), OpenApiParameter("tenant", str)], responses=OpenApiTypes.OBJECT
+        parameters=[OpenApiParameter("task", str, required=True), OpenApiParameter("tenant", str)],
+        responses=OpenApiTypes.OBJECT,
     )
     @action(detail=False, methods=["get"], url_path="cache-salt")
     def cache_salt(self, request: Request) -> Response:
         """The ``cache_salt`` the gateway sends for a tenant's requests on a task's route."""
-        task = request.query_params.get("task", "")
-        tenant = request.query_params.get("tenant", "")
+        query = CacheSaltQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        task, tenant = query.validated_data["task"], query.validated_data["tenant"]
         routes = {r.tenant: r for r in routing.route_table().filter(task__slug=task)}
         route = routes.get(tenant) or routes.get("")
         if route is None:

@@ -108,6 +108,9 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
 def ticket_edit(request: HttpRequest, pk: int) -> HttpResponse:
     """Edit a draft (owner or admin); the service refuses any other status with 409."""
     ticket = get_object_or_404(ticket_list(), pk=pk)
+    # Refuse before showing the form: nobody else may edit, so the form would only mislead.
+    if ticket.owner_id != request.user.pk and ADMIN not in user_roles(request.user):
+        return refuse(request, NotAllowed("only the ticket's owner or an admin edits it"), 403)
     if request.method != "POST":
         return _form_page(request, TicketForm(initial=TicketForm.initial_from_ticket(ticket)), ticket=ticket)
     form = TicketForm(request.POST)
