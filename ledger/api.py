@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
+from django.core.exceptions import ValidationError
+from django_filters.fields import IsoDateTimeField
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ledger import selectors, services
-from ledger.models import Backend, LedgerEntry
+from ledger.models import Backend, LedgerEntry, LedgerHead
 from optgate.api import IsEngineerOrReadOnly, StrictInputSerializer, idempotent_create
 
 
@@ -23,7 +27,16 @@ class BackendInputSerializer(StrictInputSerializer):
     model_revision = serializers.CharField(max_length=128)
     engine = serializers.ChoiceField(choices=["vllm"], default="vllm")
     engine_version = serializers.CharField(max_length=40)
-    engine_args = serializers.DictField(required=False, default=dict)
+    engine_args = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text='vLLM serve options by name, e.g. {"max_num_seqs": 64, "enable_prefix_caching": true}',
+        error_messages={
+            # A command line ("--max-num-seqs 64") or an argv list is the usual mistake: say what is wanted.
+            "not_a_dict": 'must be an object of option names to values, e.g. {{"max_num_seqs": 64}}, '
+            "not a command line or argv list (got {input_type})",
+        },
+    )
     sampling_params = serializers.DictField(required=False, default=dict)
     prefix_cache_key_recipe = serializers.DictField(required=False, default=dict)
     gpu_pool = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
@@ -84,13 +97,34 @@ class LedgerEntrySerializer(serializers.ModelSerializer):
         return {"type": entry.subject_type, "id": entry.subject_id, "name": entry.subject_name}
 
 
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 date-time, converted to UTC before it reaches the database.
+
+    Python accepts offsets up to ±23:59 but PostgreSQL only ±15:59 ("time zone displacement out of
+    range"), and a date near year 1 or 9999 can leave the calendar once shifted to UTC.
+    """
+
+    def to_python(self, value: Any) -> datetime | None:
+        moment = super().to_python(value)
+        if moment is None:
+            return None
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            raise ValidationError("out of range once converted to UTC", code="invalid") from None
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
+
+
 class LedgerFilter(django_filters.FilterSet):
     kind = django_filters.CharFilter()
     subject_type = django_filters.CharFilter()
     subject_id = django_filters.CharFilter()
     actor = django_filters.CharFilter(field_name="actor_name")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     not_adopted = django_filters.BooleanFilter(method="filter_not_adopted", label="only plans that were not adopted")
     search = django_filters.CharFilter(method="filter_search", label="text in the subject name or payload")
 
@@ -113,12 +147,29 @@ class ChainReportSerializer(serializers.Serializer):
     problem = serializers.CharField()
 
 
+class LedgerPagination(LimitOffsetPagination):
+    """Limit/offset pages whose unfiltered count is the head's sequence number.
+
+    The ledger only grows, numbered 1…head without gaps (what ``ledger_verify`` checks), so
+    counting a million rows for every page would only re-derive that number: COUNT(*) was
+    the slowest part of the ledger list at a million entries. Filtered lists count their rows.
+    """
+
+    def get_count(self, queryset: Any) -> int:
+        if not queryset.query.where:
+            head = LedgerHead.objects.filter(id=1).values_list("seq", flat=True).first()
+            if head is not None:
+                return int(head)
+        return int(super().get_count(queryset))
+
+
 class LedgerViewSet(viewsets.ReadOnlyModelViewSet):
     """The append-only ledger: every change, decision and not-adopted plan, hash-chained."""
 
     queryset = LedgerEntry.objects.all()
     serializer_class = LedgerEntrySerializer
     filterset_class = LedgerFilter
+    pagination_class = LedgerPagination
 
     @extend_schema(responses=ChainReportSerializer)
     @action(detail=False, methods=["get"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -126,16 +126,40 @@ class LedgerEntry(ImmutableModel):
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind} {self.subject_type}:{self.subject_name}"
 
-    def hashed_content(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "kind": self.kind,
-            "subject": {"type": self.subject_type, "id": self.subject_id, "name": self.subject_name},
-            "actor": self.actor_name,
-            "payload": self.payload,
-            "created_at": self.created_at.astimezone(UTC).isoformat(timespec="microseconds"),
-            "prev_hash": self.prev_hash,
-        }
-
     def compute_hash(self) -> str:
-        return sha256_hex(canonical_json(self.hashed_content()))
+        return entry_hash(**self.hashed_fields())
+
+    def hashed_fields(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq, "kind": self.kind, "subject_type": self.subject_type, "subject_id": self.subject_id,
+            "subject_name": self.subject_name, "actor_name": self.actor_name, "payload": self.payload,
+            "created_at": self.created_at, "prev_hash": self.prev_hash,
+        }  # fmt: skip
+
+
+def entry_hash(**content: Any) -> str:
+    """The chain's hash of one entry: appends, verification and bulk seeding all use this."""
+    return sha256_hex(canonical_json(entry_content(**content)))
+
+
+def entry_content(
+    *, seq: int, kind: str, subject_type: str, subject_id: str, subject_name: str, actor_name: str,
+    payload: Any, created_at: datetime | str, prev_hash: str,
+) -> dict[str, Any]:  # fmt: skip
+    """What an entry's hash covers. A plain function so verification can hash a million rows
+    fetched as tuples without building a model instance for each.
+
+    ``created_at`` may also be given already formatted as the hash takes it (UTC, ISO 8601 with
+    microseconds), as verification on PostgreSQL fetches it.
+    """
+    if isinstance(created_at, datetime):
+        created_at = created_at.astimezone(UTC).isoformat(timespec="microseconds")
+    return {
+        "seq": seq,
+        "kind": kind,
+        "subject": {"type": subject_type, "id": subject_id, "name": subject_name},
+        "actor": actor_name,
+        "payload": payload,
+        "created_at": created_at,
+        "prev_hash": prev_hash,
+    }

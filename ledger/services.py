@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from evaluators.engine_args import EngineArgsError, ensure_model_allowed, validate_engine_args
 from ledger.models import Backend, LedgerEntry, LedgerHead
-from optgate.canonical import canonical_json
+from optgate.canonical import canonical_json, json_problem
 from optgate.errors import DomainError, InvalidInput
 from optgate.roles import Actor, person
 
@@ -71,6 +71,8 @@ def _engine_args_checked(engine_args: dict[str, Any]) -> dict[str, Any]:
         normalised = validate_engine_args(engine_args)
     except EngineArgsError as exc:
         raise InvalidInput({f"engine_args.{key}": message for key, message in exc.errors.items()}) from None
+    # JSON-valued options (speculative_config, ...) may arrive as strings and only now be parsed.
+    _require_storable("engine_args", normalised)
     if settings.OPTGATE_VALIDATE_WITH_VLLM:
         from evaluators.vllm_check import validate_with_vllm_subprocess
 
@@ -79,6 +81,14 @@ def _engine_args_checked(engine_args: dict[str, Any]) -> dict[str, Any]:
         except EngineArgsError as exc:
             raise InvalidInput({f"engine_args.{key}": message for key, message in exc.errors.items()}) from None
     return normalised
+
+
+def _require_storable(field: str, value: Any) -> None:
+    """Refuse JSON the database cannot store (NUL characters, PostgreSQL) or absurd nesting."""
+    problem = json_problem(value)
+    if problem:
+        path, message = problem
+        raise InvalidInput({f"{field}.{path}" if path else field: message})
 
 
 def backend_register(
@@ -103,6 +113,9 @@ def backend_register(
     (so CI can re-run a pipeline); the same configuration under another name, or a taken name
     with another configuration, is a conflict: a changed configuration needs a new backend.
     """
+    for field, value in (("sampling_params", sampling_params), ("prefix_cache_key_recipe", prefix_cache_key_recipe),
+                         ("model_card", model_card)):  # fmt: skip
+        _require_storable(field, value or {})
     backend = Backend(
         name=name,
         model_id=model_id,

@@ -137,3 +137,28 @@ def test_it_finds_not_adopted_plans_by_their_reason(chain: list[LedgerEntry]) ->
     found = ledger_entries(not_adopted=True, search="fp8 kv")
     assert [e.kind for e in found] == ["ticket.rejected"]
     assert not ledger_entries(not_adopted=True, search="speculative").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.parametrize("tamper", ["nothing", "edited payload", "deleted row", "deleted tail"])
+def test_a_parallel_verification_reports_what_a_single_walk_reports(tamper: str) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("parallel verification runs on PostgreSQL: set DATABASE_URL=postgres://…")
+    with transaction.atomic():
+        for i in range(40):
+            ledger_append(kind="probe", subject_type="x", subject_id=i, subject_name=f"entry {i}", actor=None,
+                          payload={"i": i})  # fmt: skip
+    entries = list(LedgerEntry.objects.order_by("seq"))
+    if tamper == "edited payload":  # in the last of three ranges: the earlier two must be found sound
+        _sql("UPDATE ledger_ledgerentry SET payload = %s WHERE id = %s", ['{"i": -1}', entries[33].id])
+    elif tamper == "deleted row":
+        _sql("DELETE FROM ledger_ledgerentry WHERE id = %s", [entries[14].id])
+    elif tamper == "deleted tail":
+        _sql("DELETE FROM ledger_ledgerentry WHERE id = %s", [entries[-1].id])
+
+    single = ledger_verify()
+    assert ledger_verify(workers=3) == single
+    assert single.ok is (tamper == "nothing")
+    assert single.first_bad_seq == {"nothing": None, "edited payload": 34, "deleted row": 16,
+                                    "deleted tail": 40}[tamper]  # fmt: skip
