@@ -23,7 +23,7 @@ from evaluators import imports
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
 from gates.models import ReleaseTicket
 from ledger.models import Backend
-from optgate.api import IsEngineerOrReadOnly, StrictInputSerializer
+from optgate.api import IsEngineerOrReadOnly, JSONParser, StrictInputSerializer
 from optgate.errors import InvalidInput
 
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
@@ -107,7 +107,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     serializer_class = RunSerializer
     permission_classes = [IsEngineerOrReadOnly]
     filterset_class = RunFilter
-    parser_classes = [parsers.JSONParser, parsers.MultiPartParser, parsers.FormParser]
+    parser_classes = [JSONParser, parsers.MultiPartParser, parsers.FormParser]
 
     def get_queryset(self) -> Any:
         return EvaluationRun.objects.select_related("backend").prefetch_related("task_results").order_by("-id")
@@ -128,6 +128,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         A file whose model or configuration does not match the run's backend answers 400 naming the field.
         """
         run = self.get_object()
+        if not isinstance(request.data, dict):  # a JSON list or scalar: the serializer names what it expected
+            EvidenceInputSerializer(data=request.data).is_valid(raise_exception=True)
         fields = {key: request.data.get(key) for key in ("kind", "task") if key in request.data}
         for key in ("file", "samples"):
             if key in request.data and key not in request.FILES:

@@ -127,6 +127,8 @@ REFUSED_OPTIONS: dict[str, str] = {
 }
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
+# Engines parse integers into 64-bit fields; a longer number is a mistake, not a configuration.
+_INT64_MAX = 2**63 - 1
 
 
 def canonical_name(name: str) -> str:
@@ -152,10 +154,14 @@ def _coerce(option: EngineOption, value: Any) -> Any:
             number: int = value
         elif isinstance(value, float) and value.is_integer():
             number = int(value)
-        elif isinstance(value, str) and _INT_RE.match(value.strip()):
+        elif isinstance(value, str) and _INT_RE.match(value.strip()) and len(value.strip()) <= 20:
             number = int(value.strip())
+        elif isinstance(value, str) and _INT_RE.match(value.strip()):
+            raise ValueError(f"out of range for a 64-bit integer: {value.strip()[:20]}…")
         else:
             raise ValueError(f"expected an integer, got {value!r}")
+        if abs(number) > _INT64_MAX:
+            raise ValueError(f"out of range for a 64-bit integer: {str(number)[:20]}…")
         _check_range(option, number)
         return number
     if option.kind == "float":
@@ -176,6 +182,13 @@ def _coerce(option: EngineOption, value: Any) -> Any:
     if option.kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"expected a non-empty string, got {value!r}")
+        # The value is one argv token, so no shell ever sees it; but a token that starts with "-"
+        # would be read by the engine's parser as another flag, and control characters have no
+        # place in a revision, tokenizer mode or path (NUL cannot even be passed to a process).
+        if value.startswith("-"):
+            raise ValueError(f"must not start with '-' (the engine would read it as another flag), got {value!r}")
+        if any(ord(char) < 32 or ord(char) == 127 for char in value):
+            raise ValueError(f"must not contain control characters, got {value!r}")
         return value
     if option.kind == "json":
         if isinstance(value, str):
@@ -183,9 +196,14 @@ def _coerce(option: EngineOption, value: Any) -> Any:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"not valid JSON: {exc.msg}") from None
+            except RecursionError:
+                raise ValueError("not valid JSON: nested too deeply") from None
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object, got {type(value).__name__}")
-        return _sorted_json(value)
+        try:
+            return _sorted_json(value)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
     raise AssertionError(f"unknown option kind {option.kind}")  # a catalogue bug, not user input
 
 
@@ -222,7 +240,8 @@ def validate_engine_args(args: Mapping[str, Any]) -> dict[str, Any]:
             continue
         option = ENGINE_OPTIONS.get(name)
         if option is None:
-            errors[name] = "unknown option (not in the supported engine-arg catalogue)"
+            # Named as given: the canonical spelling of "--model; rm -rf /" would be misleading.
+            errors[str(raw_name).strip() or name] = "unknown option (not in the supported engine-arg catalogue)"
             continue
         if name in normalised:
             errors[name] = f"given twice (as {raw_name!r} and another spelling)"

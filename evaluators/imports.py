@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -70,6 +71,21 @@ def _number(data: dict[str, Any], key: str, *, prefix: str = "", minimum: float 
     return float(value)
 
 
+# A NUL character inside a JSON string can only be written as the escape \u0000 (preceded by an
+# even number of backslashes, or the backslash itself would be escaped); PostgreSQL cannot store it.
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _json_loads(text: str, field_name: str) -> Any:
+    """``json.loads`` that refuses documents the database could not store, naming the field."""
+    if _ESCAPED_NUL.search(text):
+        raise InvalidInput({field_name: "must not contain the NUL character (\\u0000)"})
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidInput({field_name: "not JSON we can read: nested too deeply"}) from None
+
+
 def load_json_document(raw: bytes | str | dict[str, Any], *, field_name: str) -> dict[str, Any]:
     """Parse an uploaded JSON document (bytes, text or an already parsed object) into a dict.
 
@@ -82,11 +98,11 @@ def load_json_document(raw: bytes | str | dict[str, Any], *, field_name: str) ->
     if not text:
         raise InvalidInput({field_name: "the file is empty"})
     try:
-        value = json.loads(text)
+        value = _json_loads(text, field_name)
     except json.JSONDecodeError:
         lines = [line for line in text.splitlines() if line.strip()]
         try:
-            value = json.loads(lines[-1])
+            value = _json_loads(lines[-1], field_name)
         except json.JSONDecodeError as exc:
             raise InvalidInput({field_name: f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"}) from None
     if not isinstance(value, dict):
@@ -105,7 +121,7 @@ def load_jsonl_records(raw: bytes | str | list[Any], *, field_name: str) -> list
             raise InvalidInput({field_name: "the file is empty"})
         if stripped.startswith("["):
             try:
-                records = json.loads(stripped)
+                records = _json_loads(stripped, field_name)
             except json.JSONDecodeError as exc:
                 raise InvalidInput({field_name: f"not JSON: {exc.msg}"}) from None
         else:
@@ -114,7 +130,7 @@ def load_jsonl_records(raw: bytes | str | list[Any], *, field_name: str) -> list
                 if not line.strip():
                     continue
                 try:
-                    records.append(json.loads(line))
+                    records.append(_json_loads(line, field_name))
                 except json.JSONDecodeError as exc:
                     raise InvalidInput({field_name: f"line {number} is not JSON: {exc.msg}"}) from None
     if not all(isinstance(record, dict) for record in records):

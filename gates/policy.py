@@ -9,6 +9,7 @@ and, per mechanism, the extra rules the source chapter asks for. An invalid docu
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -24,8 +25,12 @@ POLICY_DIR = Path(__file__).resolve().parent / "policies"
 MECHANISMS = ("speculative_decoding", "prefix_cache", "weight_quantization", "kv_cache_quantization")
 QUANTIZATION_MECHANISMS = ("weight_quantization", "kv_cache_quantization")
 BOTTLENECKS = ("queueing", "prefill", "decode", "kv_memory", "structured_output")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_POLICY_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_POLICY_NAME = re.compile(r"[a-z][a-z0-9_-]*")
+# Enough to fix a document by; past it a (possibly alias-multiplied) document would only cost time.
+MAX_REPORTED_ERRORS = 100
+# Bootstrap resamples per metric: the default 2000 is plenty; each one costs time on every judgement.
+MAX_N_BOOT = 20_000
 
 
 class PolicyError(ValueError):
@@ -149,6 +154,10 @@ class Policy:
         return data
 
 
+class _TooManyErrors(Exception):
+    pass
+
+
 class _Validator:
     """Walks a parsed document, collecting every (path, problem) instead of stopping at the first."""
 
@@ -157,6 +166,8 @@ class _Validator:
 
     def error(self, path: str, problem: str) -> None:
         self.errors.append((path, problem))
+        if len(self.errors) >= MAX_REPORTED_ERRORS:
+            raise _TooManyErrors
 
     def mapping(
         self, value: Any, path: str, allowed: set[str], required: frozenset[str] | set[str] = frozenset()
@@ -175,7 +186,7 @@ class _Validator:
     ) -> float:
         if value is None:
             return default
-        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        bad = isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
         if not bad and (value < low or value > high or (open_high and value >= high)):
             bad = True
         if bad:
@@ -184,11 +195,12 @@ class _Validator:
             return default
         return float(value)
 
-    def integer(self, value: Any, path: str, low: int, default: int) -> int:
+    def integer(self, value: Any, path: str, low: int, default: int, high: int | None = None) -> int:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            self.error(path, f"must be an integer of at least {low}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            wanted = f"an integer from {low} to {high}" if high is not None else f"an integer of at least {low}"
+            self.error(path, f"must be {wanted}")
             return default
         return value
 
@@ -233,6 +245,7 @@ def _metric_rules(v: _Validator, items: Any, path: str, kind: str) -> tuple[Metr
         v.error(path, "must be a list")
         return ()
     rules = []
+    seen: set[str] = set()
     for index, item in enumerate(items):
         item_path = f"{path}[{index}]"
         raw = v.mapping(item, item_path, _RULE_KEYS[kind], {"metric"})
@@ -241,6 +254,10 @@ def _metric_rules(v: _Validator, items: Any, path: str, kind: str) -> tuple[Metr
         metric = v.metric_name(raw.get("metric"), f"{item_path}.metric")
         if metric is None:
             continue
+        if metric in seen:
+            v.error(f"{item_path}.metric", f"{metric} is listed twice")
+            continue
+        seen.add(metric)
         label = v.string(raw.get("label"), f"{item_path}.label", METRIC_SPECS[metric].label)
         confidence = v.number(raw.get("confidence"), f"{item_path}.confidence", 0.5, 1, 0.95, open_high=True)
         if kind == "guardrail":
@@ -326,7 +343,9 @@ def _mechanisms(
             v.error(f"{path}.critical_tasks", "must be a list of task types")
             names = []
         for index, name in enumerate(names):
-            if name not in tasks:
+            if not isinstance(name, str):
+                v.error(f"{path}.critical_tasks[{index}]", f"must be a task type name, got {type(name).__name__}")
+            elif name not in tasks:
                 v.error(f"{path}.critical_tasks[{index}]", f"unknown task type {name!r} (not under tasks)")
         quantization[mechanism] = QuantizationRule(tuple(str(name) for name in names))
     return speculative, prefix, quantization
@@ -356,6 +375,13 @@ def _bottlenecks(v: _Validator, raw: Any) -> dict[str, BottleneckRule]:
 def policy_from_dict(document: Any, source: str | None = None) -> Policy:
     """Validate a parsed policy document; raise :class:`PolicyError` listing every problem."""
     v = _Validator()
+    try:
+        return _policy(v, document, source)
+    except _TooManyErrors:
+        raise PolicyError([*v.errors, ("", f"more problems not shown; fix these {len(v.errors)} first")]) from None
+
+
+def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
     top = {"name", "version", "dry_run", "description", "tasks", "mechanisms", "bottlenecks", "stats"}
     raw = v.mapping(document, "", top, {"name", "version", "tasks"})
     if not raw:
@@ -363,7 +389,7 @@ def policy_from_dict(document: Any, source: str | None = None) -> Policy:
             v.error("", "policy document is empty")
         raise PolicyError(v.errors)
     name = raw.get("name")
-    if not isinstance(name, str) or not _POLICY_NAME.match(name):
+    if not isinstance(name, str) or not _POLICY_NAME.fullmatch(name):
         v.error("name", "must be a lower-case name (letters, digits, - and _)")
         name = "invalid"
     version = v.integer(raw.get("version"), "version", 1, 1)
@@ -373,7 +399,7 @@ def policy_from_dict(document: Any, source: str | None = None) -> Policy:
         v.error("tasks", "must be a non-empty mapping of task type to rules")
         tasks_raw = {}
     for task, task_raw in tasks_raw.items():
-        if not isinstance(task, str) or not _NAME.match(task):
+        if not isinstance(task, str) or not _NAME.fullmatch(task):
             v.error(f"tasks.{task}", "task type must be a snake_case name")
             continue
         tasks[task] = _task_policy(v, task, task_raw, f"tasks.{task}")
@@ -389,7 +415,7 @@ def policy_from_dict(document: Any, source: str | None = None) -> Policy:
         prefix_cache=prefix,
         quantization=quantization,
         bottlenecks=_bottlenecks(v, raw.get("bottlenecks")),
-        n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000),
+        n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000, high=MAX_N_BOOT),
         seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
         source=source,
     )
@@ -406,6 +432,9 @@ def validate_policy_text(text: str, source: str | None = None) -> Policy:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
         raise PolicyError([("", f"not valid YAML at {where}: {getattr(exc, 'problem', exc)}")]) from exc
+    except RecursionError:
+        # PyYAML composes nested collections recursively; a policy is a few levels deep.
+        raise PolicyError([("", "not a policy: the YAML is nested too deeply")]) from None
     return policy_from_dict(document, source=source)
 
 

@@ -8,12 +8,14 @@ from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from rest_framework import permissions, serializers, status
+from django.http import QueryDict
+from rest_framework import parsers, permissions, serializers, status
+from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from optgate.canonical import canonical_json, sha256_hex
+from optgate.canonical import canonical_json, json_problem, sha256_hex
 from optgate.errors import DomainError, InvalidInput, NotAllowed
 from optgate.roles import ADMIN, ENGINEER, REVIEWER, has_role
 
@@ -29,8 +31,31 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return drf_exception_handler(exc, context)
 
 
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser, answering 400 rather than 500 for a body nested past Python's recursion limit."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError("JSON parse error - the document is nested too deeply") from None
+
+
+def _plain(data: Any) -> Any:
+    """Request data as JSON values: a form's fields as lists of strings, uploads by name and size."""
+    if not isinstance(data, QueryDict):
+        return data
+    return {
+        key: [value if isinstance(value, str) else f"<upload {getattr(value, 'name', '')} "
+              f"{getattr(value, 'size', '')}>" for value in data.getlist(key)]
+        for key in data
+    }  # fmt: skip
+
+
 class StrictInputSerializer(serializers.Serializer):
-    """An input serializer that refuses fields it does not know, instead of ignoring typos."""
+    """An input serializer that refuses fields it does not know, instead of ignoring typos, and
+    values the database could not store (NUL characters, absurd nesting) instead of crashing on them.
+    """
 
     read_only_hint: dict[str, str] = {}
 
@@ -41,6 +66,11 @@ class StrictInputSerializer(serializers.Serializer):
                 raise serializers.ValidationError(
                     {name: [self.read_only_hint.get(name, "unknown field")] for name in unknown}
                 )
+            for name, value in _plain(data).items():
+                problem = json_problem(value)
+                if problem:
+                    path, message = problem
+                    raise serializers.ValidationError({name: [f"{path}: {message}" if path else message]})
         return super().to_internal_value(data)
 
 
@@ -79,7 +109,11 @@ def idempotent_create(request: Request, endpoint: str, create: Callable[[], Resp
         return create()
     if len(key) > 200:
         return Response({IDEMPOTENCY_HEADER: ["at most 200 characters"]}, status=status.HTTP_400_BAD_REQUEST)
-    request_hash = sha256_hex(canonical_json(request.data if isinstance(request.data, dict) else dict(request.data)))
+    body = _plain(request.data)
+    if json_problem(body):
+        # Canonical JSON cannot hold it, and the input serializer refuses it: nothing to remember.
+        return create()
+    request_hash = sha256_hex(canonical_json(body))
     # Reserve the key before creating anything, so two concurrent requests cannot both create.
     try:
         with transaction.atomic():
