@@ -23,8 +23,9 @@ from evaluators import imports
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
 from gates.models import ReleaseTicket
 from ledger.models import Backend
-from optgate.api import IsEngineerOrReadOnly, JSONParser, StrictInputSerializer
+from optgate.api import IsEngineerOrReadOnly, StrictInputSerializer
 from optgate.errors import InvalidInput
+from optgate.parsers import JSONParser
 
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
 

@@ -381,7 +381,10 @@ def ensure_model_allowed(model_path: str | os.PathLike[str], roots: list[Path]) 
     """
     if not roots:
         raise ModelPathError("no allowed model roots are configured; refusing to launch any model")
-    resolved = Path(model_path).expanduser().resolve()
+    try:
+        resolved = Path(model_path).expanduser().resolve()
+    except (RuntimeError, OSError, ValueError) as exc:  # "~nobody/…", an embedded NUL, a loop of links
+        raise ModelPathError(f"model path {model_path!s} cannot be resolved: {exc}") from None
     for root in roots:
         root_resolved = Path(root).expanduser().resolve()
         if resolved == root_resolved or resolved.is_relative_to(root_resolved):

@@ -9,8 +9,7 @@ from typing import Any, cast
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.http import QueryDict
-from rest_framework import parsers, permissions, serializers, status
-from rest_framework.exceptions import ParseError
+from rest_framework import permissions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -29,16 +28,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, NotAllowed):
         return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
     return drf_exception_handler(exc, context)
-
-
-class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser, answering 400 rather than 500 for a body nested past Python's recursion limit."""
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        try:
-            return super().parse(stream, media_type, parser_context)
-        except RecursionError:
-            raise ParseError("JSON parse error - the document is nested too deeply") from None
 
 
 def _plain(data: Any) -> Any:

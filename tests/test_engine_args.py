@@ -214,3 +214,10 @@ def test_missing_model_and_no_roots_are_refused(tmp_path: Path) -> None:
         ensure_model_allowed(tmp_path / "nope", [tmp_path])
     with pytest.raises(ModelPathError, match="no allowed model roots"):
         ensure_model_allowed(tmp_path, [])
+
+
+@pytest.mark.parametrize("model_path", ["~no-such-user-here/models/x", "/models/with\x00nul"])
+def test_a_model_path_that_cannot_be_resolved_is_refused_clearly(tmp_path: Path, model_path: str) -> None:
+    # "~user" for an unknown user made Path.expanduser raise RuntimeError: a 500 at registration.
+    with pytest.raises(ModelPathError, match="cannot be resolved"):
+        ensure_model_allowed(model_path, [tmp_path])

@@ -19,7 +19,7 @@ from evaluators import imports
 from evaluators.models import EvaluationRun
 from gates.models import GateDecision, IdempotencyRecord, ReleaseTicket
 from ledger.models import Backend, LedgerEntry
-from optgate.api import JSONParser
+from optgate.parsers import JSONParser
 from tests.conftest import backend_fields
 
 pytestmark = pytest.mark.django_db
@@ -175,9 +175,10 @@ def test_a_json_body_nested_past_the_recursion_limit_is_a_parse_error() -> None:
         JSONParser().parse(io.BytesIO(b"[" * 100_000 + b"]" * 100_000))
 
 
-def test_the_runs_api_refuses_a_body_nested_past_the_recursion_limit(api_for: Any, erin: Any) -> None:
+@pytest.mark.parametrize("path", ["/api/v1/runs/", "/api/v1/backends/", "/api/v1/tickets/", "/api/v1/tokens/"])
+def test_every_api_refuses_a_body_nested_past_the_recursion_limit(api_for: Any, erin: Any, path: str) -> None:
     body = "[" * 100_000 + "]" * 100_000
-    response = api_for(erin).post("/api/v1/runs/", body, content_type="application/json")
+    response = api_for(erin).post(path, body, content_type="application/json")
     assert response.status_code == 400
     assert "nested too deeply" in response.data["detail"]
 
