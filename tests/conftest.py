@@ -32,6 +32,9 @@ def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory) 
     settings.OPTGATE_VALIDATE_WITH_VLLM = False
     # Rate limits stay on but out of reach; tests/test_rate_limits.py lowers them on purpose.
     settings.OPTGATE_RATE_LIMITS = {scope: "100000/min" for scope in settings.OPTGATE_RATE_LIMITS}
+    # The cast's passwords are hashed with a deliberately cheap hasher: PBKDF2's million rounds
+    # cost a third of a second per user and per sign-in, most of the suite's time otherwise.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
