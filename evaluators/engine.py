@@ -257,9 +257,27 @@ def attach_engine(base_url: str, model: str, *, timeout_s: float = 10.0) -> Atta
     return engine
 
 
+# The engine needs the machine's environment (paths, threads, CUDA and vLLM settings) but none of
+# OptGate's own configuration: a candidate's engine must not hold the database, broker or signing
+# secrets of the service that judges it.
+ENGINE_ENV_DROPPED = frozenset({"DATABASE_URL", "CACHE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"})
+ENGINE_ENV_DROPPED_PREFIXES = ("OPTGATE_", "DJANGO_", "CELERY_")
+ENGINE_ENV_SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "TOKEN", "API_KEY", "CREDENTIAL")
+
+
+def _kept_for_engine(name: str) -> bool:
+    upper = name.upper()
+    return not (
+        upper in ENGINE_ENV_DROPPED
+        or upper.startswith(ENGINE_ENV_DROPPED_PREFIXES)
+        or any(word in upper for word in ENGINE_ENV_SECRET_WORDS)
+    )
+
+
 def engine_env(device: Literal["cpu", "gpu"], env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The subprocess environment: offline hub, CPU target where relevant, caller overrides last."""
-    env = dict(os.environ)
+    """The subprocess environment: the machine's, less OptGate's configuration and anything named
+    like a secret; offline hub, CPU target where relevant, caller overrides last."""
+    env = {name: value for name, value in os.environ.items() if _kept_for_engine(name)}
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     if device == "cpu":
         # Without VLLM_TARGET_DEVICE some code paths pick GPU kernels (illegal instruction).

@@ -197,6 +197,31 @@ def test_a_healthy_engine_is_torn_down_with_its_whole_group_even_on_error(fake_e
     spawned[0].stop()  # idempotent
 
 
+def test_the_engine_gets_the_machine_environment_without_optgate_secrets(
+    fake_engine: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = {
+        "DATABASE_URL": "postgres://optgate:db-pass@db/optgate",
+        "SECRET_KEY": "signing-key-123456",
+        "OPTGATE_GITHUB_WEBHOOK_SECRET": "hook-secret-123456",
+        "CELERY_BROKER_URL": "redis://:broker-pass@redis/0",
+        "SOME_SERVICE_API_KEY": "key-123456",
+        "DEPLOY_TOKEN": "token-123456",
+    }
+    for name, value in {**secrets, "OMP_NUM_THREADS": "2", "VLLM_LOGGING_LEVEL": "INFO"}.items():
+        monkeypatch.setenv(name, value)
+    with _launch_fake(fake_engine, "serve") as engine:
+        raw = Path(f"/proc/{engine.pid}/environ").read_bytes()
+    seen = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+    assert not set(secrets) & set(seen)
+    assert not any(value in raw.decode() for value in secrets.values())
+    assert seen["OMP_NUM_THREADS"] == "2"
+    assert seen["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert seen["PATH"] == os.environ["PATH"]
+    assert seen["HF_HUB_OFFLINE"] == "1"
+    assert seen["FAKE_ENGINE_MODE"] == "serve"  # the caller's own additions still arrive
+
+
 def test_an_interrupt_during_start_up_still_kills_the_group(fake_engine: dict[str, object]) -> None:
     def interrupt(handle: EngineHandle) -> None:
         # Wait for the fake to record its grandchild, then behave like Ctrl-C / a task cancel.
