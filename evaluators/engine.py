@@ -260,7 +260,7 @@ def attach_engine(base_url: str, model: str, *, timeout_s: float = 10.0) -> Atta
 # The engine needs the machine's environment (paths, threads, CUDA and vLLM settings) but none of
 # OptGate's own configuration: a candidate's engine must not hold the database, broker or signing
 # secrets of the service that judges it.
-ENGINE_ENV_DROPPED = frozenset({"DATABASE_URL", "CACHE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"})
+ENGINE_ENV_DROPPED = frozenset({"DATABASE_URL", "CACHE_URL", "REDIS_URL", "SECRET_KEY"})
 ENGINE_ENV_DROPPED_PREFIXES = ("OPTGATE_", "DJANGO_", "CELERY_")
 ENGINE_ENV_SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "TOKEN", "API_KEY", "CREDENTIAL")
 
