@@ -6,6 +6,7 @@ from typing import Any, cast
 
 import django_filters
 from django.contrib.auth.models import User
+from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -151,6 +152,18 @@ def _transition_action(name: str) -> Any:
     return extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})(routed)
 
 
+TICKET_API_FIELDS = [
+    *(field.name for field in ReleaseTicket._meta.concrete_fields),
+    *(
+        f"{backend}__{field}"
+        for backend in ("baseline", "candidate", "rollback_target")
+        for field in ("id", "name", "fingerprint")
+    ),
+    "owner__id",
+    "owner__username",
+]
+
+
 class TicketViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -165,7 +178,17 @@ class TicketViewSet(
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> Any:
-        return selectors.ticket_list()
+        # The serializer shows each backend by id, name and fingerprint and the owner by username;
+        # loading the backends' JSON columns and whole user rows cost more than the rest of a page.
+        slugs_only = TaskType.objects.only("id", "slug")
+        return (
+            selectors.ticket_list()
+            .only(*TICKET_API_FIELDS)
+            .prefetch_related(None)
+            .prefetch_related(
+                Prefetch("beneficiary_tasks", queryset=slugs_only), Prefetch("risk_tasks", queryset=slugs_only)
+            )
+        )
 
     def get_permissions(self) -> list[Any]:
         # Transition actions are open to every signed-in role; the service decides who may act.
