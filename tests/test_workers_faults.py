@@ -124,6 +124,8 @@ class Worker:
         return f"{self.name}@{socket.gethostname()}"
 
     def start(self) -> None:
+        # The log is appended across restarts: only a "ready." written after this start counts.
+        offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "optgate", "worker", "-Q", self.queues,
@@ -131,7 +133,7 @@ class Worker:
                  "--without-mingle", "--without-gossip", "-l", "INFO"],
                 cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
-        wait_for(f"{self.nodename} to be ready", lambda: b"ready." in self.log.read_bytes(), 90, 0.5)
+        wait_for(f"{self.nodename} to be ready", lambda: b"ready." in self.log.read_bytes()[offset:], 90, 0.5)
 
     def sigkill(self) -> None:
         assert self.proc is not None
