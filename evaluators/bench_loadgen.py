@@ -2,7 +2,8 @@
 
 Not a test: a measurement. Both tools send the same raw prompts to ``/v1/completions`` with the
 same output lengths (``ignore_eos``), temperature 0 and concurrency, in interleaved repeats
-(A B A B ...) so drift of a shared machine hits both alike. Prints per-tool TTFT/TPOT medians and
+(A B A B ...) so drift of a shared machine hits both alike, each run in a fresh process so
+neither tool inherits the other's threads, connection pools or heap. Prints per-tool TTFT/TPOT medians and
 our/vLLM ratios (target: within ±5%).
 
     python -m evaluators.bench_loadgen --model-dir DIR [--repeats 3] [--num-prompts 32]
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,9 +88,11 @@ def _vllm_samples(result: dict[str, Any]) -> dict[str, list[float]]:
     return {"ttft_ms": ttfts, "tpot_ms": tpots}
 
 
-def _our_samples(
-    requests: list[LoadRequest], base_url: str, model: str, args: argparse.Namespace
-) -> dict[str, list[float]]:
+def _our_samples(base_url: str, model: str, dataset: Path, args: argparse.Namespace) -> dict[str, list[float]]:
+    requests = [
+        LoadRequest(prompt=row["prompt"], max_tokens=row["output_tokens"], extra_body={"temperature": 0})
+        for row in map(json.loads, dataset.read_text().splitlines())
+    ]
     # vLLM bench sends one test request before timing; do the same so both start equally warm.
     run_load_sync(base_url, model, requests[:1], concurrency=1, ignore_eos=True)
     result = run_load_sync(base_url, model, requests, concurrency=args.concurrency, ignore_eos=True)
@@ -99,6 +103,19 @@ def _our_samples(
         "ttft_ms": [r.ttft_s * 1000 for r in result.records if r.ttft_s is not None],
         "tpot_ms": [r.tpot_s * 1000 for r in result.records if r.tpot_s is not None],
     }
+
+
+def _one_run(tool: str, base_url: str, model: str, dataset: Path, args: argparse.Namespace) -> dict[str, list[float]]:
+    """One tool's run in a fresh process, so neither tool inherits the other's threads, pools or heap."""
+    command = [
+        sys.executable, "-m", "evaluators.bench_loadgen", "--one", tool, "--base-url", base_url,
+        "--served-model", model, "--dataset", str(dataset), "--model-dir", args.model_dir,
+        "--num-prompts", str(args.num_prompts), "--concurrency", str(args.concurrency), "--seed", str(args.seed),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {tool} run failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -131,9 +148,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             start_s = time.monotonic() - started
             print(f"engine healthy after {start_s:.1f}s at {engine.base_url}", flush=True)
             for repeat in range(args.repeats):
-                runs["ours"].append(_our_samples(requests, engine.base_url, engine.model, args))
-                vllm_result = _vllm_bench(engine.base_url, str(model_dir), engine.model, dataset, args)
-                runs["vllm"].append(_vllm_samples(vllm_result))
+                for tool in ("ours", "vllm"):
+                    runs[tool].append(_one_run(tool, engine.base_url, engine.model, dataset, args))
                 medians = {
                     tool: {m: round(statistics.median(v[-1][m]), 3) for m in ("ttft_ms", "tpot_ms")}
                     for tool, v in runs.items()
@@ -169,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the full report as JSON at the end")
+    # Internal: one tool's run against a running engine, samples printed as one JSON line.
+    parser.add_argument("--one", choices=["ours", "vllm"], help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--served-model", help=argparse.SUPPRESS)
+    parser.add_argument("--dataset", type=Path, help=argparse.SUPPRESS)
     return parser
 
 
@@ -192,6 +213,13 @@ def print_report(report: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.one == "ours":
+        print(json.dumps(_our_samples(args.base_url, args.served_model, args.dataset, args)))
+        return 0
+    if args.one == "vllm":
+        result = _vllm_bench(args.base_url, args.model_dir, args.served_model, args.dataset, args)
+        print(json.dumps(_vllm_samples(result)))
+        return 0
     report = run_benchmark(args)
     print_report(report)
     if args.json:

@@ -1,13 +1,15 @@
-"""Load generator: percentile math, goodput, stream parsing (against an in-memory server), shapes."""
+"""Load generator: percentile math, goodput, stream parsing (against a local HTTP server), shapes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from evaluators.loadgen import (
     LoadRequest,
@@ -98,10 +100,35 @@ def _completion_stream(tokens: int) -> bytes:
     return b": keep-alive\n\n" + _sse(events)
 
 
+# A handler gets (path, JSON body) and answers (status, body bytes), or DROP to cut the connection.
+DROP = "drop"
+
+
 def _run(requests: list[LoadRequest], handler: Any, **kwargs: Any) -> LoadResult:
+    """Run the load generator against a real HTTP server on a loopback port answering with ``handler``."""
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        answer = handler(request.path, await request.json())
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if answer == DROP:
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response()
+        status, body = answer
+        response = web.StreamResponse(status=status, headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        # Sent in small pieces that split lines, as a real engine's chunks may.
+        for start in range(0, len(body), 7):
+            await response.write(body[start : start + 7])
+        await response.write_eof()
+        return response
+
     async def go() -> LoadResult:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            return await run_load("http://engine", "tiny", requests, client=client, **kwargs)
+        app = web.Application()
+        app.router.add_post("/{path:.*}", serve)
+        async with TestServer(app, host="127.0.0.1") as server:
+            return await run_load(str(server.make_url("")), "tiny", requests, **kwargs)
 
     return asyncio.run(go())
 
@@ -109,10 +136,10 @@ def _run(requests: list[LoadRequest], handler: Any, **kwargs: Any) -> LoadResult
 def test_it_streams_completions_and_records_per_request_timings() -> None:
     bodies: list[dict[str, Any]] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/v1/completions"
-        bodies.append(json.loads(request.content))
-        return httpx.Response(200, content=_completion_stream(5))
+    def handler(path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        assert path == "/v1/completions"
+        bodies.append(body)
+        return 200, _completion_stream(5)
 
     requests = [LoadRequest(prompt="hi", max_tokens=5, extra_body={"cache_salt": "tenantA"})] * 3
     result = _run(requests, handler, concurrency=2, ignore_eos=True)
@@ -139,13 +166,13 @@ def test_it_streams_completions_and_records_per_request_timings() -> None:
 
 
 def test_it_uses_the_chat_endpoint_for_messages_and_one_token_has_no_tpot() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/v1/chat/completions"
+    def handler(path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        assert path == "/v1/chat/completions"
         events: list[dict[str, Any]] = [
             {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
             {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
         ]
-        return httpx.Response(200, content=_sse(events))
+        return 200, _sse(events)
 
     result = _run([LoadRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=1)], handler)
     record = result.records[0]
@@ -155,35 +182,44 @@ def test_it_uses_the_chat_endpoint_for_messages_and_one_token_has_no_tpot() -> N
 
 
 def test_http_errors_and_broken_connections_become_request_errors() -> None:
-    calls = iter(["500", "connect", "empty"])
+    calls = iter(["500", "drop", "empty"])
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(path: str, body: dict[str, Any]) -> tuple[int, bytes] | str:
         kind = next(calls)
         if kind == "500":
-            return httpx.Response(500, text="engine dead")
-        if kind == "connect":
-            raise httpx.ConnectError("refused", request=request)
-        return httpx.Response(200, content=b"data: [DONE]\n\n")
+            return 500, b"engine dead"
+        if kind == "drop":
+            return DROP
+        return 200, b"data: [DONE]\n\n"
 
     result = _run([LoadRequest(prompt="x")] * 3, handler, concurrency=1)
     errors = [r.error for r in result.records]
     assert errors[0] == "HTTP 500: engine dead"
-    assert errors[1] is not None and errors[1].startswith("ConnectError")
+    assert errors[1] is not None and errors[1].startswith(("ServerDisconnectedError", "ClientPayloadError"))
     assert errors[2] == "no token chunk received"
     assert result.summary({"ttft_ms": 10_000})["good_requests"] == 0
+
+
+def test_an_unreachable_engine_is_a_request_error_not_a_crash() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again before the request: nothing listens there
+    result = asyncio.run(run_load(f"http://127.0.0.1:{port}", "tiny", [LoadRequest(prompt="x")]))
+    error = result.records[0].error
+    assert error is not None and error.startswith("ClientConnectorError")
 
 
 def test_concurrency_limits_requests_in_flight() -> None:
     in_flight = 0
     peak = 0
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         nonlocal in_flight, peak
         in_flight += 1
         peak = max(peak, in_flight)
         await asyncio.sleep(0.01)
         in_flight -= 1
-        return httpx.Response(200, content=_completion_stream(2))
+        return 200, _completion_stream(2)
 
     result = _run([LoadRequest(prompt="x")] * 8, handler, concurrency=3)
     assert peak == 3
@@ -193,7 +229,7 @@ def test_concurrency_limits_requests_in_flight() -> None:
 def test_poisson_arrivals_are_spread_out_by_the_rate() -> None:
     result = _run(
         [LoadRequest(prompt="x")] * 6,
-        lambda request: httpx.Response(200, content=_completion_stream(2)),
+        lambda path, body: (200, _completion_stream(2)),
         request_rate=100.0,
         seed=3,
     )
