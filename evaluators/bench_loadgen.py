@@ -199,8 +199,11 @@ def print_report(report: dict[str, Any]) -> None:
     for metric in ("ttft_ms", "tpot_ms"):
         row = report[metric]
         ratio = row["ratio"]
-        verdict = "ok" if ratio is not None and abs(ratio - 1) <= 0.05 else "OUTSIDE ±5%"
         per_run = row["ratio_of_run_medians"]
+        # Judged on the median of run medians: on a small CPU box a whole run sometimes lands in a
+        # phase where the engine starves its API server and chunks arrive in bursts (either tool,
+        # TTFT x10, TPOT ~0); the pooled median counts such a run's every request.
+        verdict = "ok" if per_run is not None and abs(per_run - 1) <= 0.05 else "OUTSIDE ±5%"
         print(
             f"{metric:<8} {row['ours']:>9.3f} {row['vllm']:>9.3f} {ratio or float('nan'):>10.3f} "
             f"{per_run or float('nan'):>17.3f}  {verdict}"
