@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from ledger import selectors, services
 from ledger.models import Backend, LedgerEntry, LedgerHead
 from optgate.api import IsEngineerOrReadOnly, StrictInputSerializer, idempotent_create
+from optgate.throttling import AnonThrottle, LedgerVerifyThrottle
 
 
 class BackendInputSerializer(StrictInputSerializer):
@@ -172,7 +173,7 @@ class LedgerViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = LedgerPagination
 
     @extend_schema(responses=ChainReportSerializer)
-    @action(detail=False, methods=["get"])
+    @action(detail=False, methods=["get"], throttle_classes=[AnonThrottle, LedgerVerifyThrottle])
     def verify(self, request: Request) -> Response:
         """Recompute the hash chain and report the first bad entry, if any."""
         return Response(selectors.ledger_verify().as_dict())

@@ -131,6 +131,7 @@ OPTGATE_RATE_LIMITS = {
     "token": env_rate("OPTGATE_RATE_TOKEN", "10/hour"),
     "login_ip": env_rate("OPTGATE_RATE_LOGIN_IP", "30/min"),
     "login_username": env_rate("OPTGATE_RATE_LOGIN_USERNAME", "10/min"),
+    "ledger_verify": env_rate("OPTGATE_RATE_LEDGER_VERIFY", "6/min"),
 }
 
 REST_FRAMEWORK = {

@@ -63,6 +63,16 @@ class TokenIssueThrottle(SettingsRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
+class LedgerVerifyThrottle(SettingsRateThrottle):
+    """Recomputing the whole hash chain (seconds of CPU per million entries), per user or address."""
+
+    scope = "ledger_verify"
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
 class LoginIpThrottle(SettingsRateThrottle):
     """Sign-in attempts per client address."""
 

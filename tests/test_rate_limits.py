@@ -5,6 +5,10 @@ and shows the request past it answered 429 with Retry-After, while other traffic
 
 from __future__ import annotations
 
+import ast
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -123,3 +127,38 @@ def test_a_bad_rate_stops_start_up_naming_the_variable(monkeypatch: pytest.Monke
     monkeypatch.setenv("OPTGATE_RATE_WRITE", value)
     with pytest.raises(ImproperlyConfigured, match="OPTGATE_RATE_WRITE"):
         env_rate("OPTGATE_RATE_WRITE", "300/min")
+
+
+def test_ledger_verification_is_limited_per_user_on_the_api_and_the_page(
+    rates: dict[str, str | None], erin: User, evan: User
+) -> None:
+    # Each verification recomputes every entry (seconds of CPU at a million entries).
+    rates["ledger_verify"] = "2/min"
+    api = keyed(erin)
+    assert [api.get("/api/v1/ledger/verify/").status_code for _ in range(2)] == [200, 200]
+    assert_throttled(api.get("/api/v1/ledger/verify/"))
+    assert api.get("/api/v1/ledger/").status_code == 200  # reading the ledger is not limited
+    assert keyed(evan).get("/api/v1/ledger/verify/").data["ok"] is True  # another user is unaffected
+
+    page = Client()
+    page.force_login(evan)
+    assert page.get("/ledger/verify/").status_code == 200  # evan's second verification
+    refused = page.get("/ledger/verify/")
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert "Try again in" in refused.content.decode()
+    assert "The hash chain holds" not in refused.content.decode()
+
+
+def _ledger_verify_rate_in_a_fresh_process(**env: str) -> str:
+    """The ledger-verification rate the settings module reads at start-up, with ``env`` set."""
+    code = "import django; django.setup(); from django.conf import settings as s; print(s.OPTGATE_RATE_LIMITS)"
+    environ = {k: v for k, v in os.environ.items() if k != "OPTGATE_RATE_LEDGER_VERIFY"}
+    environ.update(DJANGO_SETTINGS_MODULE="optgate.settings", **env)
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True)
+    return str(ast.literal_eval(done.stdout.strip())["ledger_verify"])
+
+
+def test_the_ledger_verification_rate_is_read_from_its_variable() -> None:
+    assert _ledger_verify_rate_in_a_fresh_process(OPTGATE_RATE_LEDGER_VERIFY="1/hour") == "1/hour"
+    assert _ledger_verify_rate_in_a_fresh_process() == "6/min"
