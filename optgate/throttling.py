@@ -28,6 +28,11 @@ class SettingsRateThrottle(SimpleRateThrottle):
             raise ImproperlyConfigured(f"OPTGATE_RATE_LIMITS has no rate for scope {self.scope!r}")
         return rates[self.scope]
 
+    def user_or_address(self, request: Any) -> str:
+        """The signed-in user's id, else the client address: whose requests share one counter."""
+        user = getattr(request, "user", None)
+        return str(user.pk) if user and user.is_authenticated else str(self.get_ident(request))
+
 
 class AnonThrottle(SettingsRateThrottle):
     """Every request without a signed-in user, per client address."""
@@ -59,8 +64,7 @@ class TokenIssueThrottle(SettingsRateThrottle):
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if request.method not in WRITE_METHODS:
             return None
-        ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+        return self.cache_format % {"scope": self.scope, "ident": self.user_or_address(request)}
 
 
 class LedgerVerifyThrottle(SettingsRateThrottle):
@@ -69,8 +73,7 @@ class LedgerVerifyThrottle(SettingsRateThrottle):
     scope = "ledger_verify"
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
-        ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+        return self.cache_format % {"scope": self.scope, "ident": self.user_or_address(request)}
 
 
 class LoginIpThrottle(SettingsRateThrottle):
