@@ -3,8 +3,8 @@
 Not a test: a measurement. Both tools send the same raw prompts to ``/v1/completions`` with the
 same output lengths (``ignore_eos``), temperature 0 and concurrency, in interleaved repeats
 (A B A B ...) so drift of a shared machine hits both alike, each run in a fresh process so
-neither tool inherits the other's threads, connection pools or heap. Prints per-tool TTFT/TPOT medians and
-our/vLLM ratios (target: within ±5%).
+neither tool inherits the other's threads, connection pools or heap. Prints per-tool TTFT/TPOT
+medians and our/vLLM ratios (target: within ±5%).
 
     python -m evaluators.bench_loadgen --model-dir DIR [--repeats 3] [--num-prompts 32]
 

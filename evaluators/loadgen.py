@@ -263,7 +263,6 @@ async def run_load(
     seed: int = 0,
     ignore_eos: bool = False,
     timeout_s: float = 600.0,
-    client: aiohttp.ClientSession | None = None,
 ) -> LoadResult:
     """Send ``requests`` (in order) with at most ``concurrency`` in flight and/or Poisson arrivals.
 
@@ -279,8 +278,7 @@ async def run_load(
     gate = asyncio.Semaphore(limit)
     rng = random.Random(seed)
     records = [RequestRecord(index=i) for i in range(len(requests))]
-    own_client = client is None
-    http = client or aiohttp.ClientSession(
+    http = aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=timeout_s, connect=10.0),
         connector=aiohttp.TCPConnector(limit=limit),
     )
@@ -300,8 +298,7 @@ async def run_load(
         await asyncio.gather(*tasks)
         duration = time.perf_counter() - run_start
     finally:
-        if own_client:
-            await http.close()
+        await http.close()
     config = {"concurrency": concurrency, "request_rate": request_rate, "seed": seed, "ignore_eos": ignore_eos}
     return LoadResult(records=records, duration_s=duration, config=config)
 

@@ -6,7 +6,6 @@ Reads go through ``ledger.selectors``; registering a backend goes through ``back
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from django import forms
@@ -25,7 +24,7 @@ from ledger.selectors import NOT_ADOPTED_KINDS, backend_list, ledger_entries, le
 from ledger.services import backend_register
 from optgate.errors import DomainError, InvalidInput, NotAllowed
 from optgate.roles import ADMIN, ENGINEER, user_roles
-from optgate.throttling import LedgerVerifyThrottle
+from optgate.throttling import LedgerVerifyThrottle, web_refusals
 
 PAGE_SIZE = 50
 
@@ -89,9 +88,8 @@ def ledger_index(request: HttpRequest) -> HttpResponse:
 @login_required
 def ledger_verify_view(request: HttpRequest) -> HttpResponse:
     """Recompute the hash chain and say whether it holds, or where it first breaks."""
-    throttle = LedgerVerifyThrottle()
-    if not throttle.allow_request(request, None):  # type: ignore[arg-type]
-        wait = math.ceil(throttle.wait() or 1)
+    refused, wait = web_refusals(request, LedgerVerifyThrottle())
+    if refused:
         response = render(request, "ledger/verify.html", {"retry_after": wait}, status=429)
         response["Retry-After"] = str(wait)
         return response

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 
-from optgate.throttling import LoginIpThrottle, LoginUsernameThrottle, SettingsRateThrottle
+from optgate.throttling import LoginIpThrottle, LoginUsernameThrottle, web_refusals
 
 logger = logging.getLogger(__name__)
 
@@ -20,13 +19,9 @@ class RateLimitedLoginView(LoginView):
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         # Each attempt counts against both limits, so spreading guesses over many usernames or
         # many addresses does not get around them.
-        refused: list[SettingsRateThrottle] = []
-        for throttle in (LoginIpThrottle(), LoginUsernameThrottle()):
-            if not throttle.allow_request(request, self):  # type: ignore[arg-type]
-                refused.append(throttle)
+        refused, wait = web_refusals(request, LoginIpThrottle(), LoginUsernameThrottle())
         if not refused:
             return super().post(request, *args, **kwargs)
-        wait = max(math.ceil(throttle.wait() or 1) for throttle in refused)
         logger.warning("sign-in refused: too many attempts (%s); retry after %s s",
                        ", ".join(throttle.scope or "" for throttle in refused), wait)  # fmt: skip
         # An unbound form: the password is not checked at all while the limit holds.

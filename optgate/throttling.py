@@ -9,6 +9,7 @@ use a shared cache (``CACHE_URL=redis://…``) when several web processes serve 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 from django.conf import settings
@@ -32,6 +33,13 @@ class SettingsRateThrottle(SimpleRateThrottle):
         """The signed-in user's id, else the client address: whose requests share one counter."""
         user = getattr(request, "user", None)
         return str(user.pk) if user and user.is_authenticated else str(self.get_ident(request))
+
+
+def web_refusals(request: Any, *throttles: SettingsRateThrottle) -> tuple[list[SettingsRateThrottle], int]:
+    """For a plain Django view: count the request against every throttle; return those that refuse
+    it and the seconds to wait before all of them would allow it again (0 when none refuses)."""
+    refused = [throttle for throttle in throttles if not throttle.allow_request(request, None)]  # type: ignore[arg-type]
+    return refused, max((math.ceil(throttle.wait() or 1) for throttle in refused), default=0)
 
 
 class AnonThrottle(SettingsRateThrottle):
