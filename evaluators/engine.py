@@ -88,28 +88,57 @@ def wait_port_free(port: int, timeout_s: float = _PORT_FREE_WAIT_S, host: str = 
     return port_is_free(port, host)
 
 
-def _group_alive(pgid: int, proc: subprocess.Popen[Any] | None = None) -> bool:
-    if proc is not None:
-        proc.poll()  # reap the leader if it exited, else its zombie keeps the group "alive"
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, process group) of a live or zombie process from /proc, None when it is gone."""
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists but not ours: still alive
-        return True
-    return True
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()  # the command name may hold spaces
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], int(fields[2])
 
 
-def _leader_alive(pid: int, proc: subprocess.Popen[Any] | None) -> bool:
-    if proc is not None:
-        return proc.poll() is None
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs. A zombie is dead: where nobody reaps orphans (a container whose
+    init does not wait), an exited process keeps its pid and still answers ``kill(pid, 0)``."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass  # exists but not ours
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of group ``pgid`` runs (zombies do not count, see :func:`process_alive`)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if not os.path.isdir("/proc/self"):
+        return True  # no procfs: the kernel's answer is all there is
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def _group_alive(pgid: int, proc: subprocess.Popen[Any] | None = None) -> bool:
+    if proc is not None:
+        proc.poll()  # reap the leader if it exited
+    return group_alive(pgid)
+
+
+def _leader_alive(pid: int, proc: subprocess.Popen[Any] | None) -> bool:
+    if proc is not None:
+        return proc.poll() is None
+    return process_alive(pid)
 
 
 def kill_process_group(pgid: int, *, grace_s: float = _TERM_GRACE_S, proc: subprocess.Popen[Any] | None = None) -> bool:
@@ -118,7 +147,7 @@ def kill_process_group(pgid: int, *, grace_s: float = _TERM_GRACE_S, proc: subpr
     The leader (the API server, pid == pgid) gets SIGTERM first so it can shut its EngineCore
     and workers down in order (shared memory released); whatever is left after ``grace_s`` gets
     SIGTERM as a group, then SIGKILL. ``proc`` (the leader, when we started it) is reaped so it
-    does not linger as a zombie, which would keep the group "alive" for ``killpg(pgid, 0)``.
+    does not linger as a zombie.
     """
     if pgid <= 1 or pgid == os.getpgrp():
         raise ValueError(f"refusing to kill process group {pgid}")  # never our own group or init's

@@ -7,14 +7,16 @@ engine is started once per session (each start costs 1.5–2.5 minutes on 2 core
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -25,9 +27,11 @@ from evaluators.engine import (
     EngineStartError,
     attach_engine,
     find_error_line,
+    group_alive,
     kill_process_group,
     launch_engine,
     port_is_free,
+    process_alive,
 )
 from evaluators.engine_args import EngineArgsError, ModelPathError
 from evaluators.engine_metrics import derive_engine_evidence, scrape_metrics
@@ -71,27 +75,6 @@ FAKE_ENGINE = textwrap.dedent(
     http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
     """
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
@@ -164,8 +147,8 @@ def test_an_engine_that_crashes_reports_exit_code_and_error_line_and_leaves_noth
     assert "ValueError: head_dim 16 is an Unsupported CPU attention configuration" in str(error).splitlines()[0]
     assert "INFO shutting down" in error.log_tail
     leader, grandchild = _pids(fake_engine)
-    assert not _alive(grandchild)  # the orphaned grandchild was killed with the group
-    assert not _group_alive(leader)
+    assert not process_alive(grandchild)  # the orphaned grandchild was killed with the group
+    assert not group_alive(leader)
 
 
 def test_an_engine_that_never_gets_healthy_times_out_and_is_killed(fake_engine: dict[str, object]) -> None:
@@ -173,8 +156,8 @@ def test_an_engine_that_never_gets_healthy_times_out_and_is_killed(fake_engine: 
         _launch_fake(fake_engine, "hang", startup_timeout_s=3)
     assert caught.value.exit_code is None
     leader, grandchild = _pids(fake_engine)
-    assert not _alive(leader)
-    assert not _alive(grandchild)
+    assert not process_alive(leader)
+    assert not process_alive(grandchild)
 
 
 def test_a_healthy_engine_is_torn_down_with_its_whole_group_even_on_error(fake_engine: dict[str, object]) -> None:
@@ -191,8 +174,8 @@ def test_a_healthy_engine_is_torn_down_with_its_whole_group_even_on_error(fake_e
         assert engine.ready_after_s is not None
         raise RuntimeError("evaluation blew up")
     leader, grandchild = _pids(fake_engine)
-    assert not _alive(leader)
-    assert not _alive(grandchild)
+    assert not process_alive(leader)
+    assert not process_alive(grandchild)
     assert port_is_free(spawned[0].port)
     spawned[0].stop()  # idempotent
 
@@ -233,8 +216,8 @@ def test_an_interrupt_during_start_up_still_kills_the_group(fake_engine: dict[st
     with pytest.raises(KeyboardInterrupt):
         _launch_fake(fake_engine, "hang", on_spawn=interrupt)
     leader, grandchild = _pids(fake_engine)
-    assert not _alive(leader)
-    assert not _alive(grandchild)
+    assert not process_alive(leader)
+    assert not process_alive(grandchild)
 
 
 def test_attach_checks_that_the_endpoint_serves_the_model(fake_engine: dict[str, object]) -> None:
@@ -250,6 +233,38 @@ def test_attach_checks_that_the_endpoint_serves_the_model(fake_engine: dict[str,
 def test_kill_process_group_refuses_our_own_group() -> None:
     with pytest.raises(ValueError):
         kill_process_group(os.getpgrp())
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_zombie_counts_as_dead_where_nobody_reaps_it() -> None:
+    child = subprocess.Popen(["true"])  # exits at once; not reaped until we wait
+    wait_until(lambda: Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z")
+    os.kill(child.pid, 0)  # the kernel still answers for it
+    assert not process_alive(child.pid)
+    child.wait()
+    assert not process_alive(child.pid)
+
+
+def test_a_group_is_alive_while_any_member_runs_and_dead_with_only_a_zombie_left() -> None:
+    # The leader exits at once (our unreaped child: a zombie); its background sleep runs on.
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & exit 0"], start_new_session=True)
+    try:
+        wait_until(lambda: not process_alive(leader.pid))
+        assert group_alive(leader.pid)
+        os.killpg(leader.pid, signal.SIGKILL)
+        wait_until(lambda: not group_alive(leader.pid))
+        os.killpg(leader.pid, 0)  # the zombie leader still holds the group id
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+    assert not group_alive(leader.pid)
 
 
 def test_error_line_prefers_the_exception_over_later_noise() -> None:
@@ -325,7 +340,7 @@ def test_real_engine_dying_at_start_is_reported_and_cleaned_up(tiny_model_root: 
     assert len(error.log_tail) > 3
     headline = str(error).splitlines()[0]
     assert "hidden_size" in headline, headline
-    assert not _group_alive(spawned[0].pgid)
+    assert not group_alive(spawned[0].pgid)
     assert port_is_free(spawned[0].port)
 
 
@@ -368,7 +383,7 @@ def test_real_engine_teardown_leaves_no_process_and_frees_the_port(tiny_engine: 
     family = [tiny_engine.pid, *(p.pid for p in psutil.Process(tiny_engine.pid).children(recursive=True))]
     assert len(family) >= 2  # API server + EngineCore at least
     tiny_engine.stop()
-    assert not any(_alive(pid) for pid in family)
-    assert not _group_alive(tiny_engine.pgid)
+    assert not any(process_alive(pid) for pid in family)
+    assert not group_alive(tiny_engine.pgid)
     assert port_is_free(tiny_engine.port)
     assert not tiny_engine.is_alive()

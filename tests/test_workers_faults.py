@@ -35,6 +35,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
+from evaluators import engine
 from evaluators import services as run_services
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, TaskResult
 from gates.models import GateDecision, ReleaseTicket, TicketStatus
@@ -70,18 +71,7 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float, interval
 
 
 def group_alive(pgid: int | None) -> bool:
-    if not pgid:
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie leader keeps the group "alive" for killpg; look at the process state too.
-    try:
-        state = Path(f"/proc/{pgid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return True
-    return state != "Z"
+    return bool(pgid) and engine.group_alive(pgid)
 
 
 class PrivateRedis:
@@ -322,7 +312,10 @@ def test_a_worker_sigkilled_mid_evaluation_finishes_the_run_exactly_once_and_lea
     assert group_alive(first.engine_pgid)  # the engine outlives its worker: recovery must find it
 
     workers["gpu"].start()  # same node name: on start it kills the orphan engine and re-queues the run
-    wait_for("the orphan engine to be killed", lambda: not group_alive(first.engine_pgid), 60, 1)
+    try:
+        wait_for("the orphan engine to be killed", lambda: not group_alive(first.engine_pgid), 60, 1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; lost attempt {first.worker}\n{_diagnose(workers)}") from None
     try:
         wait_for("the run to finish", lambda: EvaluationRun.objects.get(pk=run.pk).is_finished, 1200, 5)
     except AssertionError as exc:

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from evaluators import services as run_services
-from evaluators.engine import kill_process_group
+from evaluators.engine import kill_process_group, process_alive
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
 from gates import services as gate_services
 from gates.models import IllegalTransition, ReleaseTicket, TicketStatus
@@ -233,16 +233,6 @@ def worker_identity(nodename: str, pid: int | None = None) -> str:
     return f"{nodename}:{pid if pid is not None else os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _on_this_host(worker: str) -> bool:
     nodename = worker.rpartition(":")[0]
     return nodename.rpartition("@")[2] == socket.gethostname()
@@ -256,7 +246,7 @@ def attempt_is_orphaned(attempt: EvaluationAttempt, nodename: str) -> bool:
     name, _, pid = attempt.worker.rpartition(":")
     if name != nodename or not pid.isdigit():
         return False
-    return int(pid) == os.getpid() or not _pid_alive(int(pid))
+    return int(pid) == os.getpid() or not process_alive(int(pid))
 
 
 def run_recover(*, run: EvaluationRun, reason: str) -> bool:
