@@ -277,3 +277,36 @@ def test_sharing_a_prompt_prefix_gives_the_same_loss_and_gradient(tokenizer) -> 
     assert shared_loss == pytest.approx(plain_loss, rel=1e-5)
     assert torch.allclose(shared_grad, plain_grad, atol=1e-6)
     assert shared_grad.abs().max() > 0
+
+
+def test_rows_without_a_shared_prefix_give_the_models_own_loss_and_gradient(tokenizer) -> None:
+    from evaluators.kit.train import batch_loss, collate, encode_all
+
+    pairs = [("Name a colour.", "red"), ("Sum 2 and 3?", "5"), ("Capital of Peru?", "Lima, on the coast")]
+    rows = encode_all(tokenizer, pairs, 256)
+    torch.manual_seed(0)
+    model = make_model(TINY_TRAIN, tokenizer)
+
+    def loss_and_grad(compute):
+        model.zero_grad()
+        loss = compute()
+        loss.backward()
+        return float(loss), model.lm_head.weight.grad.clone()
+
+    ours, our_grad = loss_and_grad(lambda: batch_loss(model, rows, tokenizer.pad_token_id))
+    theirs, their_grad = loss_and_grad(lambda: model(**collate(rows, tokenizer.pad_token_id)).loss)
+    assert ours == pytest.approx(theirs, rel=1e-5)
+    assert torch.allclose(our_grad, their_grad, atol=1e-6)
+
+
+def test_training_flushes_subnormal_floats_and_restores_the_setting() -> None:
+    from evaluators.kit.train import denormals_flushed
+
+    def product() -> float:
+        return float(torch.tensor([1e-30]) * torch.tensor([1e-10]))  # 1e-40: subnormal in float32
+
+    assert product() > 0
+    with pytest.raises(RuntimeError), denormals_flushed():
+        assert product() == 0.0
+        raise RuntimeError("a failing step")
+    assert product() > 0

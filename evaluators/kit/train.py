@@ -6,6 +6,7 @@ length so the few long ``knowledge_qa`` prompts do not pad every batch to 1,500 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -210,6 +211,20 @@ def collate(rows: Sequence[EncodedExample], pad_id: int, start: int = 0) -> dict
 MIN_SHARED_PREFIX = 16  # below this, running the prefix separately saves less than it costs
 
 
+def answer_loss(model: LlamaForCausalLM, hidden: Any, labels: Any) -> Any:
+    """Mean cross-entropy of the answer tokens, given the model's last hidden states.
+
+    The same value as the model's own causal-LM loss (labels shifted by one, ``IGNORE_INDEX``
+    skipped), but only answer positions are projected onto the vocabulary: prompts are ten
+    times longer than answers, and their logits would be computed only to be thrown away.
+    """
+    import torch.nn.functional as F
+
+    targets = labels[:, 1:]
+    keep = targets != IGNORE_INDEX
+    return F.cross_entropy(model.lm_head(hidden[:, :-1][keep]), targets[keep])
+
+
 def batch_loss(model: LlamaForCausalLM, rows: Sequence[EncodedExample], pad_id: int) -> Any:
     """Mean answer-token loss of a batch, running the rows' shared prompt prefix only once.
 
@@ -223,22 +238,42 @@ def batch_loss(model: LlamaForCausalLM, rows: Sequence[EncodedExample], pad_id: 
 
     shared = min(common_prefix_len([row.input_ids for row in rows]), min(row.prompt_len for row in rows) - 1)
     if len(rows) < 2 or shared < MIN_SHARED_PREFIX:
-        return model(**collate(rows, pad_id)).loss
+        batch = collate(rows, pad_id)
+        hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        return answer_loss(model, hidden, batch["labels"])
     prefix = torch.tensor([rows[0].input_ids[:shared]], dtype=torch.long)
-    cache = model(input_ids=prefix, use_cache=True).past_key_values
+    cache = model.model(input_ids=prefix, use_cache=True).past_key_values
     cache.batch_repeat_interleave(len(rows))
     batch = collate(rows, pad_id, start=shared)
     suffix_len = batch["input_ids"].shape[1]
     attention = torch.cat([torch.ones((len(rows), shared), dtype=torch.long), batch["attention_mask"]], dim=1)
     positions = torch.arange(shared, shared + suffix_len).unsqueeze(0).expand(len(rows), -1)
-    return model(
+    hidden = model.model(
         input_ids=batch["input_ids"],
         attention_mask=attention,
         position_ids=positions,
         past_key_values=cache,
-        labels=batch["labels"],
         use_cache=True,
-    ).loss
+    ).last_hidden_state
+    return answer_loss(model, hidden, batch["labels"])
+
+
+@contextlib.contextmanager
+def denormals_flushed() -> Iterator[None]:
+    """Treat subnormal floats as zero while training.
+
+    As the loss falls, ever more activations, gradients and optimizer moments become subnormal,
+    and CPUs compute on those many times slower: without this, steps took 0.19 s at the start
+    and 0.35 s by the middle of training on the same batches. Restored afterwards (the setting
+    is process-wide).
+    """
+    import torch
+
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def train_model(
@@ -281,19 +316,20 @@ def train_model(
     curve: list[tuple[int, float]] = []
     recent: list[float] = []
     log_every = max(1, params.steps // 20)
-    for step in range(1, params.steps + 1):
-        loss = batch_loss(model, [encoded[i] for i in next(batches)], tokenizer.pad_token_id)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
-        optimizer.step()
-        schedule.step()
-        recent.append(float(loss.detach()))
-        if step % log_every == 0 or step == params.steps:
-            mean = sum(recent) / len(recent)
-            curve.append((step, round(mean, 4)))
-            log.info("kit train step %d/%d loss %.4f (%.0fs)", step, params.steps, mean, time.monotonic() - started)
-            recent = []
+    with denormals_flushed():
+        for step in range(1, params.steps + 1):
+            loss = batch_loss(model, [encoded[i] for i in next(batches)], tokenizer.pad_token_id)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), params.grad_clip)
+            optimizer.step()
+            schedule.step()
+            recent.append(float(loss.detach()))
+            if step % log_every == 0 or step == params.steps:
+                mean = sum(recent) / len(recent)
+                curve.append((step, round(mean, 4)))
+                log.info("kit train step %d/%d loss %.4f (%.0fs)", step, params.steps, mean, time.monotonic() - started)
+                recent = []
     model.eval()
     final = curve[-1][1] if curve else math.nan
     report = TrainReport(
