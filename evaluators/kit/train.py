@@ -31,7 +31,7 @@ class TrainParams:
     vocab_size: int = 1536
     hidden_size: int = 256
     intermediate_size: int = 512
-    num_layers: int = 4
+    num_layers: int = 3  # 4 layers memorised the suites worse in the same 2,400 steps (base 0.81 vs 0.98)
     num_heads: int = 4
     num_kv_heads: int = 2
     max_position_embeddings: int = 2048
