@@ -71,7 +71,7 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float, interval
 
 
 def group_alive(pgid: int | None) -> bool:
-    return bool(pgid) and engine.group_alive(pgid)
+    return pgid is not None and engine.group_alive(pgid)
 
 
 class PrivateRedis:
