@@ -113,6 +113,8 @@ def process_alive(pid: int) -> bool:
 
 def group_alive(pgid: int) -> bool:
     """True while any process of group ``pgid`` runs (zombies do not count, see :func:`process_alive`)."""
+    if pgid <= 0:
+        return False  # 0 would name our own group (and kernel threads' pgid)
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

@@ -265,6 +265,7 @@ def test_a_group_is_alive_while_any_member_runs_and_dead_with_only_a_zombie_left
             os.killpg(leader.pid, signal.SIGKILL)
         leader.wait()
     assert not group_alive(leader.pid)
+    assert not group_alive(0)  # not a recorded engine: never our own group
 
 
 def test_error_line_prefers_the_exception_over_later_noise() -> None:
