@@ -7,7 +7,9 @@ role.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,19 @@ def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory) 
     # The cast's passwords are hashed with a deliberately cheap hasher: PBKDF2's million rounds
     # cost a third of a second per user and per sign-in, most of the suite's time otherwise.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def zombie() -> Iterator[subprocess.Popen[bytes]]:
+    """A child that has exited but is not reaped yet: what a SIGKILLed process becomes where
+    nobody waits for orphans. Its pid still answers ``kill(pid, 0)``."""
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.05)
+    yield child
+    child.wait()
 
 
 @pytest.fixture

@@ -257,46 +257,39 @@ def test_the_degraded_variant_is_the_highest_bit_width_that_breaks_sql_unevenly(
     assert choose_degraded(variants, specs, "dataagent_nl2sql")[0] == "w2g32"  # the fallback
 
 
-def test_sharing_a_prompt_prefix_gives_the_same_loss_and_gradient(tokenizer) -> None:
+_HEADER = "Document: the retention policy keeps versions for 36 days and deleted files for 110 days.\n"
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        pytest.param([(_HEADER + f"Question {i}: how long?", f"{30 + i} days") for i in range(4)], id="shared-prefix"),
+        pytest.param(
+            [("Name a colour.", "red"), ("Sum 2 and 3?", "5"), ("Capital of Peru?", "Lima, on the coast")],
+            id="no-shared-prefix",
+        ),
+    ],
+)
+def test_batch_loss_gives_the_models_own_loss_and_gradient(tokenizer, pairs) -> None:
     from evaluators.kit.train import batch_loss, collate, encode_all
 
-    header = "Document: the retention policy keeps versions for 36 days and deleted files for 110 days.\n"
-    pairs = [(header + f"Question {i}: how long?", f"{30 + i} days") for i in range(4)]
     rows = encode_all(tokenizer, pairs, 256)
     torch.manual_seed(0)
     model = make_model(TINY_TRAIN, tokenizer)
 
-    def loss_and_grad(compute):
+    def loss_and_grads(compute):
         model.zero_grad()
         loss = compute()
         loss.backward()
-        return float(loss), model.model.layers[0].self_attn.q_proj.weight.grad.clone()
+        first_layer = model.model.layers[0].self_attn.q_proj.weight
+        return float(loss), first_layer.grad.clone(), model.lm_head.weight.grad.clone()
 
-    shared_loss, shared_grad = loss_and_grad(lambda: batch_loss(model, rows, tokenizer.pad_token_id))
-    plain_loss, plain_grad = loss_and_grad(lambda: model(**collate(rows, tokenizer.pad_token_id)).loss)
-    assert shared_loss == pytest.approx(plain_loss, rel=1e-5)
-    assert torch.allclose(shared_grad, plain_grad, atol=1e-6)
-    assert shared_grad.abs().max() > 0
-
-
-def test_rows_without_a_shared_prefix_give_the_models_own_loss_and_gradient(tokenizer) -> None:
-    from evaluators.kit.train import batch_loss, collate, encode_all
-
-    pairs = [("Name a colour.", "red"), ("Sum 2 and 3?", "5"), ("Capital of Peru?", "Lima, on the coast")]
-    rows = encode_all(tokenizer, pairs, 256)
-    torch.manual_seed(0)
-    model = make_model(TINY_TRAIN, tokenizer)
-
-    def loss_and_grad(compute):
-        model.zero_grad()
-        loss = compute()
-        loss.backward()
-        return float(loss), model.lm_head.weight.grad.clone()
-
-    ours, our_grad = loss_and_grad(lambda: batch_loss(model, rows, tokenizer.pad_token_id))
-    theirs, their_grad = loss_and_grad(lambda: model(**collate(rows, tokenizer.pad_token_id)).loss)
+    ours, our_q, our_head = loss_and_grads(lambda: batch_loss(model, rows, tokenizer.pad_token_id))
+    theirs, their_q, their_head = loss_and_grads(lambda: model(**collate(rows, tokenizer.pad_token_id)).loss)
     assert ours == pytest.approx(theirs, rel=1e-5)
-    assert torch.allclose(our_grad, their_grad, atol=1e-6)
+    assert torch.allclose(our_q, their_q, atol=1e-6)
+    assert torch.allclose(our_head, their_head, atol=1e-6)
+    assert our_q.abs().max() > 0
 
 
 def test_training_flushes_subnormal_floats_and_restores_the_setting() -> None:

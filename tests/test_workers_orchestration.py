@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -164,23 +162,15 @@ def test_it_kills_the_engine_of_a_dead_worker_process_and_requeues_its_run(
 
 
 def test_a_dead_worker_process_left_as_a_zombie_counts_as_dead(
-    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any, zombie: Any
 ) -> None:
     # Where the container's init reaps no orphans, a SIGKILLed pool process keeps its pid as a zombie.
     services.evaluation_request(ticket=draft, actor=erin)
     ticket = services.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run
-    zombie = subprocess.Popen(["true"])
-    try:
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        _attempt(ticket.baseline_run, f"gpu0@{os.uname().nodename}:{zombie.pid}")
-        with django_capture_on_commit_callbacks(execute=True):
-            assert services.worker_recover(nodename=f"gpu0@{os.uname().nodename}") == [ticket.baseline_run.pk]
-    finally:
-        zombie.wait()
+    _attempt(ticket.baseline_run, f"gpu0@{os.uname().nodename}:{zombie.pid}")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.worker_recover(nodename=f"gpu0@{os.uname().nodename}") == [ticket.baseline_run.pk]
 
 
 def test_it_leaves_a_run_alone_while_its_worker_process_lives(draft: ReleaseTicket, erin: User, sent: Any) -> None:
