@@ -135,7 +135,7 @@ class DecisionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_sign_off_state(self, decision: GateDecision) -> list[dict[str, Any]]:
-        return signoff.signoff_summary(decision)
+        return signoff.signoff_summary(decision, decision.sign_offs.all())  # prefetched by the read
 
 
 def ticket_decision(ticket: ReleaseTicket) -> Response:
@@ -146,14 +146,8 @@ def ticket_decision(ticket: ReleaseTicket) -> Response:
     # The sign-offs with their reviewers in one query, not one per sign-off.
     prefetch_related_objects([current], Prefetch("sign_offs", queryset=SignOff.objects.select_related("reviewer")))
     earlier = GateDecision.objects.filter(ticket=ticket).exclude(pk=current.pk).order_by("-id")
-    return Response({
-        **DecisionSerializer(current).data,
-        "history": [
-            {"id": d.pk, "outcome": d.outcome, "policy_version": d.policy_version, "dry_run": d.dry_run,
-             "created_at": d.created_at}
-            for d in earlier
-        ],
-    })  # fmt: skip
+    history = earlier.values("id", "outcome", "policy_version", "dry_run", "created_at")
+    return Response({**DecisionSerializer(current).data, "history": list(history)})
 
 
 class SignOffInputSerializer(StrictInputSerializer):

@@ -91,6 +91,11 @@ class IllegalTransition(DomainError):
     pass
 
 
+def allowed_actions(status: str) -> list[str]:
+    """The transitions a ticket in ``status`` may take."""
+    return [action for action, (sources, _) in TRANSITIONS.items() if status in sources]
+
+
 class ReleaseTicket(models.Model):
     """An optimization release: what changes, for which tasks, with what evidence and way back."""
 
@@ -165,7 +170,7 @@ class ReleaseTicket(models.Model):
         return previous
 
     def allowed_actions(self) -> list[str]:
-        return [action for action, (sources, _) in TRANSITIONS.items() if self.status in sources]
+        return allowed_actions(self.status)
 
 
 class IdempotencyRecord(models.Model):

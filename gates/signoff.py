@@ -124,12 +124,17 @@ class SignOffState:
         }
 
 
-def signoff_state(decision: GateDecision, verdict: str, tasks: list[str]) -> SignOffState:
-    """Whether the sign-offs agreeing on ``verdict`` for exactly ``tasks`` are enough to move the ticket."""
-    agreeing = [
-        s for s in decision.sign_offs.select_related("reviewer")
-        if s.verdict == verdict and set(s.tasks) == set(tasks)
-    ]  # fmt: skip
+def signoff_state(
+    decision: GateDecision, verdict: str, tasks: list[str], sign_offs: Iterable[SignOff] | None = None
+) -> SignOffState:
+    """Whether the sign-offs agreeing on ``verdict`` for exactly ``tasks`` are enough to move the ticket.
+
+    ``sign_offs`` are the decision's sign-offs with their reviewers when the caller has them
+    already; otherwise they are read here.
+    """
+    if sign_offs is None:
+        sign_offs = decision.sign_offs.select_related("reviewer")
+    agreeing = [s for s in sign_offs if s.verdict == verdict and set(s.tasks) == set(tasks)]
     capacities = {s.capacity for s in agreeing}
     reviewers = {s.reviewer.get_username() for s in agreeing}
     override = _is_override(decision, verdict, tasks)
@@ -143,12 +148,14 @@ def signoff_state(decision: GateDecision, verdict: str, tasks: list[str]) -> Sig
                         tuple(sorted(capacities)), tuple(missing))  # fmt: skip
 
 
-def signoff_summary(decision: GateDecision) -> list[dict[str, Any]]:
-    """The state of every verdict someone has signed on ``decision``."""
-    seen: dict[tuple[str, tuple[str, ...]], None] = {}
-    for s in decision.sign_offs.all():
-        seen.setdefault((s.verdict, tuple(sorted(s.tasks))), None)
-    return [signoff_state(decision, verdict, list(tasks)).to_dict() for verdict, tasks in seen]
+def signoff_summary(decision: GateDecision, sign_offs: Iterable[SignOff] | None = None) -> list[dict[str, Any]]:
+    """The state of every verdict someone has signed on ``decision``.
+
+    ``sign_offs`` are the decision's sign-offs with their reviewers when the caller has them.
+    """
+    sign_offs = list(decision.sign_offs.select_related("reviewer") if sign_offs is None else sign_offs)
+    seen = dict.fromkeys((s.verdict, tuple(sorted(s.tasks))) for s in sign_offs)
+    return [signoff_state(decision, verdict, list(tasks), sign_offs).to_dict() for verdict, tasks in seen]
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,11 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
+from gates.api import TicketSerializer
 from gates.models import ReleaseTicket, TicketStatus
 from gates.services import ticket_transition
 from ledger.models import Backend, LedgerEntry
@@ -241,6 +245,42 @@ def test_the_ticket_list_uses_a_fixed_number_of_queries(api_for: ApiFor, erin: A
     for n in range(5):
         client.post("/api/v1/tickets/", _ticket_body(*backends, title=f"t{n}"), format="json")
     assert count_queries() == one
+
+
+def test_the_ticket_list_and_detail_show_exactly_what_the_ticket_serializer_describes(
+    api_for: ApiFor, erin: Any, evan: Any, backends: tuple[str, str], ticket_id: int
+) -> None:
+    # Responses are built from rows without the serializer (for speed); the serializer is the
+    # schema clients read, so the two must not drift apart.
+    # Tickets differ in owner, backends, task lists (none, one, several), JSON fields and which
+    # times are set: a submitted one, decided and closed, and a retired one (set up directly).
+    bare = _ticket_body(
+        backends[1], backends[0], title="No risk tasks", risk_tasks=[], canary_scope={}, description="ünïcode ✓",
+        beneficiary_tasks=["tool_calling", "code_assistant", "knowledge_qa"],
+    )  # fmt: skip
+    bare_id = api_for(evan).post("/api/v1/tickets/", bare, format="json").data["id"]
+    ReleaseTicket.objects.filter(pk=bare_id).update(status=TicketStatus.RETIRED, closed_at=timezone.now())
+    assert api_for(erin).post(f"/api/v1/tickets/{ticket_id}/submit/").status_code == 200
+    ReleaseTicket.objects.filter(pk=ticket_id).update(decided_at=timezone.now(), closed_at=timezone.now())
+    client = api_for(erin)
+    listed = client.get("/api/v1/tickets/", {"limit": 10}).json()["results"]
+    assert [t["id"] for t in listed] == [bare_id, ticket_id]
+    for ticket in listed:
+        described = TicketSerializer(ReleaseTicket.objects.get(pk=ticket["id"])).data
+        assert (
+            ticket
+            == client.get(f"/api/v1/tickets/{ticket['id']}/").json()
+            == json.loads(JSONRenderer().render(described))
+        )
+    retired, submitted = listed
+    assert retired["risk_tasks"] == [] and retired["beneficiary_tasks"] == [
+        "code_assistant",
+        "knowledge_qa",
+        "tool_calling",
+    ]
+    assert retired["allowed_actions"] == [] and retired["closed_at"] and not retired["decided_at"]
+    assert submitted["allowed_actions"] and submitted["decided_at"] and submitted["owner"] == "erin"
+    assert submitted["baseline"]["name"] == "kit-bf16" and submitted["candidate"]["name"] == "kit-w3"
 
 
 def test_a_repeated_create_with_the_same_idempotency_key_returns_the_first_result(

@@ -41,8 +41,8 @@ PINNED = {
     # REST API lists
     "/api/v1/task-types/": 3,  # + the task types (one page, no count)
     "/api/v1/backends/": 4,  # + count, backends with their creators
-    "/api/v1/tickets/": 6,  # + count, tickets with owner and backends, beneficiary tasks, risk tasks
-    "/api/v1/tickets/?status=evaluated": 6,
+    "/api/v1/tickets/": 7,  # + count, the page's ids, its rows with owners and backends, beneficiary and risk tasks
+    "/api/v1/tickets/?status=evaluated": 7,
     "/api/v1/ledger/": 4,  # + count, entries
     "/api/v1/policies/": 2,  # the policies are files
     "/api/v1/routes/": 5,  # + current version (twice: the table and its number), routes with task and backend
@@ -59,8 +59,8 @@ PINNED = {
     "/reviews/": 5,
     "/runs/active/": 4,
 }
-PINNED_TICKET_DETAIL = 5  # + the ticket with owner and backends, its two task lists
-PINNED_DECISION = 11  # + the ticket (3), the decision, its sign-offs with reviewers, two per signed verdict, history
+PINNED_TICKET_DETAIL = 6  # + the ticket's id, its row with owner and backends, its two task lists
+PINNED_DECISION = 7  # + the ticket's id, the decision, its sign-offs with reviewers, one per signed verdict, history
 
 
 def _person(username: str, *roles: str) -> User:

@@ -123,7 +123,7 @@ def signoff_context(
     return {
         "decision": record,
         "sign_offs": sign_offs,
-        "summary": signoff.signoff_summary(record) if sign_offs else [],
+        "summary": signoff.signoff_summary(record, sign_offs) if sign_offs else [],
         "form": (form or signoff_form_for(record, user)) if can_sign else None,
         "why_not": why_not,
     }
