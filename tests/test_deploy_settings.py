@@ -22,7 +22,8 @@ SECURITY_SETTINGS = (
 )  # fmt: skip
 # Variables of the surrounding shell that would change what a case means.
 CONFIG_VARIABLES = (
-    "DEBUG", "OPTGATE_EMBEDDED", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL",
+    "DEBUG", "OPTGATE_EMBEDDED", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "DB_CONN_MAX_AGE", "CELERY_BROKER_URL",
+    "CACHE_URL",
     *SECURITY_SETTINGS,
 )  # fmt: skip
 
@@ -103,6 +104,23 @@ def test_each_option_follows_its_variable(tmp_path: Path) -> None:
     assert security_settings(production(tmp_path, SECURE_PROXY_SSL_HEADER="off"))["SECURE_PROXY_SSL_HEADER"] is None
 
 
+def database_connection(env: dict[str, str]) -> tuple[int, bool]:
+    script = (
+        "import django; django.setup(); from django.conf import settings; "
+        "db = settings.DATABASES['default']; print(db['CONN_MAX_AGE'], db['CONN_HEALTH_CHECKS'])"
+    )
+    done = run([sys.executable, "-c", script], env)
+    assert done.returncode == 0, done.stderr
+    age, checks = done.stdout.split()
+    return int(age), checks == "True"
+
+
+def test_production_keeps_database_connections_and_checks_them_before_reuse(tmp_path: Path) -> None:
+    assert database_connection(production(tmp_path)) == (60, True)
+    assert database_connection(production(tmp_path, DB_CONN_MAX_AGE="0")) == (0, True)
+    assert database_connection(environment(tmp_path)) == (0, True)  # the quick-start's SQLite file
+
+
 @pytest.mark.parametrize(
     ("variables", "named"),
     [
@@ -111,6 +129,7 @@ def test_each_option_follows_its_variable(tmp_path: Path) -> None:
         ({"SECURE_HSTS_SECONDS": "a year"}, "SECURE_HSTS_SECONDS"),
         ({"SESSION_COOKIE_SECURE": "maybe"}, "SESSION_COOKIE_SECURE"),
         ({"CACHE_URL": "memcached://cache:11211"}, "CACHE_URL"),
+        ({"DB_CONN_MAX_AGE": "-1"}, "DB_CONN_MAX_AGE"),
     ],
 )
 def test_a_bad_production_value_stops_start_up_naming_it(tmp_path: Path, variables: dict[str, str], named: str) -> None:
