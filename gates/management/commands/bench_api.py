@@ -85,7 +85,7 @@ class Command(BaseCommand):
             f"(after {options['warmup']:.0f} s warm-up), think time {options['think_ms']:.0f} ms"
         )
         with gunicorn(options["workers"], options["threads"]) as (base_url, pid):
-            stats, measured_s, server_cpu_s = asyncio.run(
+            stats, measured_s, server_cpu_s, client_cpu_s = asyncio.run(
                 load(base_url, cookie, endpoints, options["clients"], options["warmup"], options["duration"],
                      options["think_ms"] / 1000, cpu_probe=lambda: process_tree_cpu_s(pid))
             )  # fmt: skip
@@ -95,6 +95,9 @@ class Command(BaseCommand):
             # CPU time is what a request costs regardless of what else runs on a shared machine.
             self.stdout.write(f"gunicorn CPU per request: {server_cpu_s / served * 1000:.1f} ms "
                               f"({server_cpu_s:.1f} CPU-s for {served} requests; PostgreSQL not included)")  # fmt: skip
+        if served:
+            # The clients share the machine with the server: what they take is not the server's.
+            self.stdout.write(f"load generator CPU per request: {client_cpu_s / served * 1000:.1f} ms")
 
     def _report(self, stats: dict[str, EndpointStats], measured_s: float, target_ms: float) -> None:
         def row(name: str, latencies_s: list[float], errors: int) -> float:
@@ -204,11 +207,11 @@ def process_tree_cpu_s(pid: int) -> float | None:
 async def load(
     base_url: str, cookie: str, endpoints: dict[str, Any], clients: int, warmup_s: float, duration_s: float,
     think_s: float, cpu_probe: Callable[[], float | None],
-) -> tuple[dict[str, EndpointStats], float, float | None]:  # fmt: skip
+) -> tuple[dict[str, EndpointStats], float, float | None, float]:  # fmt: skip
     """Closed-loop clients cycling through the endpoints; only requests started after the warm-up count.
 
     Also returns the server's CPU seconds spent during the measured window (``cpu_probe`` before
-    and after), or None where it cannot be read.
+    and after), or None where it cannot be read, and this process's own CPU seconds in it.
     """
     stats = {name: EndpointStats() for name in endpoints}
     names = list(endpoints)
@@ -239,12 +242,14 @@ async def load(
                 if think_s:
                     await asyncio.sleep(think_s)
 
-        async def cpu_window() -> float | None:
+        async def cpu_window() -> tuple[float | None, float]:
             await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
-            before = cpu_probe()
+            before, own_before = cpu_probe(), time.process_time()
             await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
-            after = cpu_probe()
-            return None if before is None or after is None else after - before
+            after, own_after = cpu_probe(), time.process_time()
+            return None if before is None or after is None else after - before, own_after - own_before
 
-        *_, server_cpu_s = await asyncio.gather(*(client(i) for i in range(clients)), cpu_window())
-    return stats, duration_s, server_cpu_s
+        window = asyncio.create_task(cpu_window())
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        server_cpu_s, client_cpu_s = await window
+    return stats, duration_s, server_cpu_s, client_cpu_s
