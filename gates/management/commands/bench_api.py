@@ -4,8 +4,9 @@ Starts gunicorn on the configured database (``DATABASE_URL``), signs a benchmark
 database session (no password, no API token), and runs concurrent asyncio httpx clients for a
 fixed duration against the ticket list, ticket detail, decision and ledger list endpoints. Each
 client sends its next request as soon as the previous one answers (a closed loop), optionally
-after a think time. Prints, per endpoint, the request rate, p50, p99 and errors, then stops
-gunicorn. Seed the database first (``manage.py bench_seed``).
+after a think time. Prints, per endpoint, the request rate, p50, p99 and errors; then the CPU time
+per request of gunicorn, of a local PostgreSQL and of the clients themselves, and the request rate
+those allow on this machine's cores. Stops gunicorn. Seed the database first (``manage.py bench_seed``).
 
 A developer tool, like ``bench_seed``: it starts its own web server process, which the product
 code never does.
@@ -85,19 +86,25 @@ class Command(BaseCommand):
             f"(after {options['warmup']:.0f} s warm-up), think time {options['think_ms']:.0f} ms"
         )
         with gunicorn(options["workers"], options["threads"]) as (base_url, pid):
-            stats, measured_s, server_cpu_s, client_cpu_s = asyncio.run(
+            stats, measured_s, cpu_s = asyncio.run(
                 load(base_url, cookie, endpoints, options["clients"], options["warmup"], options["duration"],
-                     options["think_ms"] / 1000, cpu_probe=lambda: process_tree_cpu_s(pid))
+                     options["think_ms"] / 1000, cpu_probe=lambda: cpu_seconds(pid))
             )  # fmt: skip
         self._report(stats, measured_s, options["target_p99_ms"])
         served = sum(len(s.latencies_s) + s.errors for s in stats.values())
-        if server_cpu_s is not None and served:
-            # CPU time is what a request costs regardless of what else runs on a shared machine.
-            self.stdout.write(f"gunicorn CPU per request: {server_cpu_s / served * 1000:.1f} ms "
-                              f"({server_cpu_s:.1f} CPU-s for {served} requests; PostgreSQL not included)")  # fmt: skip
-        if served:
-            # The clients share the machine with the server: what they take is not the server's.
-            self.stdout.write(f"load generator CPU per request: {client_cpu_s / served * 1000:.1f} ms")
+        # CPU time is what a request costs regardless of what else runs on a shared machine; the
+        # load generator and a local database share the machine with the server.
+        if not served:
+            return
+        for name, seconds in cpu_s.items():
+            self.stdout.write(f"{name} CPU per request: {seconds / served * 1000:.1f} ms ({seconds:.1f} CPU-s)")
+        # Little's law for a closed loop: clients = rate × (latency + think time). At the CPU-bound
+        # ceiling, that is the least mean latency this machine can give this many clients.
+        cores, per_request_s = os.cpu_count() or 1, sum(cpu_s.values()) / served
+        ceiling = cores / per_request_s
+        floor_ms = max(0.0, options["clients"] / ceiling - options["think_ms"] / 1000) * 1000
+        self.stdout.write(f"CPU-bound ceiling on {cores} cores: {ceiling:.0f} req/s; {options['clients']} clients "
+                          f"then wait at least {floor_ms:.0f} ms per request on average")  # fmt: skip
 
     def _report(self, stats: dict[str, EndpointStats], measured_s: float, target_ms: float) -> None:
         def row(name: str, latencies_s: list[float], errors: int) -> float:
@@ -187,31 +194,35 @@ def _wait_until_up(server: subprocess.Popen[Any], base_url: str, log: IO[str]) -
     raise CommandError("gunicorn did not answer /healthz within 60 s")
 
 
-def process_tree_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of ``pid`` and its children so far (Linux ``/proc``; None elsewhere)."""
-    try:
-        total_ticks = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:  # the process ended while we looked
-                continue
-            # After the command: state, ppid, …; utime and stime are the 12th and 13th of those.
-            if int(stat.parent.name) == pid or int(fields[1]) == pid:
-                total_ticks += int(fields[11]) + int(fields[12])
-        return total_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+def cpu_seconds(server_pid: int) -> dict[str, float]:
+    """User + system CPU seconds so far of gunicorn (``server_pid`` and its workers), of PostgreSQL
+    server processes on this machine (none when the database is elsewhere) and of this process.
+    Reads Linux ``/proc``; elsewhere only this process is counted."""
+    ticks = {"gunicorn": 0, "PostgreSQL (local)": 0}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        command, after = text[text.find("(") + 1 : text.rfind(")")], text.rsplit(")", 1)[1].split()
+        # After the command: state, ppid, …; utime and stime are the 12th and 13th of those.
+        used = int(after[11]) + int(after[12])
+        if int(stat.parent.name) == server_pid or int(after[1]) == server_pid:
+            ticks["gunicorn"] += used
+        elif command in ("postgres", "postmaster"):
+            ticks["PostgreSQL (local)"] += used
+    seconds = {name: count / os.sysconf("SC_CLK_TCK") for name, count in ticks.items() if count}
+    return {**seconds, "load generator": time.process_time()}
 
 
 async def load(
     base_url: str, cookie: str, endpoints: dict[str, Any], clients: int, warmup_s: float, duration_s: float,
-    think_s: float, cpu_probe: Callable[[], float | None],
-) -> tuple[dict[str, EndpointStats], float, float | None, float]:  # fmt: skip
+    think_s: float, cpu_probe: Callable[[], dict[str, float]],
+) -> tuple[dict[str, EndpointStats], float, dict[str, float]]:  # fmt: skip
     """Closed-loop clients cycling through the endpoints; only requests started after the warm-up count.
 
-    Also returns the server's CPU seconds spent during the measured window (``cpu_probe`` before
-    and after), or None where it cannot be read, and this process's own CPU seconds in it.
+    Also returns the CPU seconds spent during the measured window by each process group that
+    ``cpu_probe`` counts (read before and after).
     """
     stats = {name: EndpointStats() for name in endpoints}
     names = list(endpoints)
@@ -242,14 +253,14 @@ async def load(
                 if think_s:
                     await asyncio.sleep(think_s)
 
-        async def cpu_window() -> tuple[float | None, float]:
+        async def cpu_window() -> dict[str, float]:
             await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
-            before, own_before = cpu_probe(), time.process_time()
+            before = cpu_probe()
             await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
-            after, own_after = cpu_probe(), time.process_time()
-            return None if before is None or after is None else after - before, own_after - own_before
+            after = cpu_probe()
+            return {name: after[name] - before[name] for name in after if name in before}
 
         window = asyncio.create_task(cpu_window())
         await asyncio.gather(*(client(i) for i in range(clients)))
-        server_cpu_s, client_cpu_s = await window
-    return stats, duration_s, server_cpu_s, client_cpu_s
+        cpu_s = await window
+    return stats, duration_s, cpu_s
