@@ -195,15 +195,6 @@ class ExportFormatNegotiation(DefaultContentNegotiation):
         return super().select_renderer(request, renderers, format_suffix=format_suffix or "json")
 
 
-class TicketRefSerializer(StrictInputSerializer):
-    ticket = serializers.PrimaryKeyRelatedField(queryset=ReleaseTicket.objects.all())
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
-
-
-class RollbackSerializer(TicketRefSerializer):
-    task = serializers.SlugField(required=False)
-
-
 class CacheSaltQuerySerializer(serializers.Serializer):
     task = serializers.SlugField()
     tenant = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
@@ -301,35 +292,3 @@ class RouteViewSet(viewsets.ViewSet):
         body.is_valid(raise_exception=True)
         version = routing.routes_set(actor=request.user, **body.validated_data)
         return Response(_version_json(version), status=status.HTTP_201_CREATED)
-
-    @extend_schema(request=TicketRefSerializer, responses=OpenApiTypes.OBJECT)
-    @action(detail=False, methods=["post"])
-    def canary(self, request: Request) -> Response:
-        """Start a signed ticket's canary: tenant routes for its canary scope."""
-        body = TicketRefSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        ticket = routing.routes_start_canary(actor=request.user, **body.validated_data)
-        return Response({"ticket": ticket.pk, "ticket_status": ticket.status, "version": _current_number()})
-
-    @extend_schema(request=TicketRefSerializer, responses=OpenApiTypes.OBJECT)
-    @action(detail=False, methods=["post"])
-    def promote(self, request: Request) -> Response:
-        """Promote a canary after its observation window: the candidate becomes the tasks' default."""
-        body = TicketRefSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        ticket = routing.routes_promote(actor=request.user, **body.validated_data)
-        return Response({"ticket": ticket.pk, "ticket_status": ticket.status, "version": _current_number()})
-
-    @extend_schema(request=RollbackSerializer, responses=OpenApiTypes.OBJECT)
-    @action(detail=False, methods=["post"])
-    def rollback(self, request: Request) -> Response:
-        """Move one task (``task``) or all of a ticket's tasks to the ticket's rollback target."""
-        body = RollbackSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        version = routing.routes_rollback(actor=request.user, **body.validated_data)
-        return Response(_version_json(version), status=status.HTTP_201_CREATED)
-
-
-def _current_number() -> int:
-    current = routing.route_version_current()
-    return current.number if current else 0

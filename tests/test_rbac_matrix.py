@@ -92,7 +92,7 @@ def row(name: str, method: str, state: str, cells: str, variant: str = "") -> Ro
 # Notes per row, where the answer is not plain role-based:
 # - ticket-detail PATCH: engineers pass the API permission; the service allows only owner/admin.
 # - ticket-sign-off: the owner never signs; admins are not reviewers, so they do not sign either.
-# - ticket-promote / route-promote: promotion is for reviewers and admins, not the owner.
+# - ticket-promote: promotion is for reviewers and admins, not the owner.
 # - start-canary / promote / roll-back (API and page): the routing services check the ticket's state
 #   before the actor, so on a ticket in the wrong state everyone gets 409; the rows use the right state.
 # - policy-validate / policy-dry-run: read-only checks that store nothing: every signed-in user.
@@ -142,9 +142,6 @@ MATRIX: tuple[Row, ...] = (
     row("route-export",                 "GET",   "routes",    "401   200   200   200   200   200"),
     row("route-cache-salt",             "GET",   "routes",    "401   200   200   200   200   200"),
     row("route-set-route",              "POST",  "routes",    "401   403   403   403   403   201"),
-    row("route-canary",                 "POST",  "approved",  "401   403   403   200   200   200"),
-    row("route-promote",                "POST",  "canary",    "401   403   403   403   200   200"),
-    row("route-rollback",               "POST",  "canary",    "401   403   403   201   201   201"),
     row("run-list",                     "GET",   "run",       "401   200   200   200   200   200"),
     row("run-list",                     "POST",  "-",         "401   403   201   201   403   201"),
     row("run-detail",                   "GET",   "run",       "401   200   200   200   200   200"),
@@ -395,9 +392,6 @@ BODIES: dict[str, Body] = {
     "policy-validate POST": lambda w, _: {"text": (Path(gates.__file__).parent / "policies/default.yaml").read_text()},
     "policy-dry-run POST": lambda w, ticket: {"ticket": ticket.pk},
     "route-set-route POST": lambda w, _: {"task": "tool_calling", "backend": w.baseline.name, "reason": "seed"},
-    "route-canary POST": lambda w, ticket: {"ticket": ticket.pk},
-    "route-promote POST": lambda w, ticket: {"ticket": ticket.pk},
-    "route-rollback POST": lambda w, ticket: {"ticket": ticket.pk, "reason": "p95 regressed"},
     "token-list POST": lambda w, _: {"name": "deploy"},
     "run-list POST": lambda w, _: {"backend": w.baseline.name, "tasks": ["cs_summary"]},
     "run-evidence POST": lambda w, _: {"kind": "vllm_bench", "task": "cs_summary", "file": _bench_document(w.baseline)},

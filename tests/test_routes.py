@@ -160,19 +160,21 @@ def test_the_routes_api_reads_history_and_rolls_back(api_for: Any, approved: Rel
     assert [v["number"] for v in history.data["results"]] == [5, 4, 3, 2, 1]
     assert history.data["results"][0]["kind"] == "promote" and history.data["results"][0]["ticket"] == ticket.pk
 
-    body = {"ticket": ticket.pk, "task": "cs_summary", "reason": "summaries lost facts in tenant-b"}
-    assert api_for(olga).post("/api/v1/routes/rollback/", body, format="json").status_code == 403
-    rolled = api_for(erin).post("/api/v1/routes/rollback/", body, format="json")
-    assert rolled.status_code == 201 and rolled.data["kind"] == "rollback"
-    assert rolled.data["changes"] == [{"task": "cs_summary", "tenant": None, "from": "kit-bf16-prefix-cache",
-                                       "to": "kit-bf16"}]  # fmt: skip
-    assert api_for(erin).post("/api/v1/routes/rollback/", body, format="json").status_code == 409
+    url, body = f"/api/v1/tickets/{ticket.pk}/roll-back/", {"task": "cs_summary", "reason": "summaries lost facts"}
+    assert api_for(olga).post(url, body, format="json").status_code == 403
+    rolled = api_for(erin).post(url, body, format="json")
+    assert rolled.status_code == 200 and rolled.data["status"] == "default"  # its other tasks stay on the candidate
+    latest = api_for(olga).get("/api/v1/routes/history/").data["results"][0]
+    assert latest["kind"] == "rollback" and latest["number"] == 6
+    assert latest["changes"] == [{"task": "cs_summary", "tenant": None, "from": "kit-bf16-prefix-cache",
+                                  "to": "kit-bf16"}]  # fmt: skip
+    assert api_for(erin).post(url, body, format="json").status_code == 409
 
 
 def test_the_canary_and_promote_api(api_for: Any, approved: ReleaseTicket, erin: Any, rita: Any) -> None:
-    started = api_for(erin).post("/api/v1/routes/canary/", {"ticket": approved.pk}, format="json")
-    assert started.status_code == 200 and started.data["ticket_status"] == "canary"
-    early = api_for(rita).post("/api/v1/routes/promote/", {"ticket": approved.pk}, format="json")
+    started = api_for(erin).post(f"/api/v1/tickets/{approved.pk}/start-canary/", format="json")
+    assert started.status_code == 200 and started.data["status"] == "canary"
+    early = api_for(rita).post(f"/api/v1/tickets/{approved.pk}/promote/", format="json")
     assert early.status_code == 409 and "observation window" in early.data["detail"]
 
 
