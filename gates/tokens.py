@@ -23,6 +23,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from gates.models import ApiToken
+from ledger.services import ledger_append
 from optgate.errors import DomainError, InvalidInput, NotAllowed
 from optgate.roles import ADMIN, Actor, has_role, person
 
@@ -122,7 +123,17 @@ def _check_may_manage(actor: Actor, owner: User) -> None:
         raise NotAllowed("only admins manage other users' tokens")
 
 
-def _new_token(*, user: User, name: str, expires_at: datetime | None) -> IssuedToken:
+def _record(kind: str, token: ApiToken, actor: Actor, **details: str | None) -> None:
+    """Append a token event to the ledger: who, whose token, which prefix; never key or hash."""
+    ledger_append(
+        kind=f"token.{kind}", subject_type="api_token", subject_id=token.pk,
+        subject_name=f"{token.user.get_username()}/{token.name} ({token.prefix})", actor=actor,
+        payload={"owner": token.user.get_username(), "name": token.name, "prefix": token.prefix,
+                 "expires_at": token.expires_at.isoformat() if token.expires_at else None, **details},
+    )  # fmt: skip
+
+
+def _new_token(*, actor: Actor, user: User, name: str, expires_at: datetime | None, replaces: str = "") -> IssuedToken:
     name = name.strip()
     if not name or len(name) > 100:
         raise InvalidInput({"name": "a name of 1 to 100 characters is required"})
@@ -136,6 +147,7 @@ def _new_token(*, user: User, name: str, expires_at: datetime | None) -> IssuedT
                 token = ApiToken.objects.create(
                     user=user, name=name, prefix=prefix, key_hash=hash_secret(secret), expires_at=expires_at
                 )
+                _record("issued", token, actor, **({"replaces": replaces} if replaces else {}))
         except IntegrityError:
             continue
         logger.info("api token %s (%s) issued for %s", prefix, name, user.get_username())
@@ -150,7 +162,7 @@ def api_token_issue(
     _check_may_manage(actor, user)
     if not user.is_active:
         raise InvalidInput({"user": "the user is inactive"})
-    return _new_token(user=user, name=name, expires_at=expires_at)
+    return _new_token(actor=actor, user=user, name=name, expires_at=expires_at)
 
 
 def api_token_rotate(*, actor: Actor, token: ApiToken, expires_at: datetime | None = None) -> IssuedToken:
@@ -166,7 +178,8 @@ def api_token_rotate(*, actor: Actor, token: ApiToken, expires_at: datetime | No
     with transaction.atomic():
         if not ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
             raise DomainError(f"token {token.prefix} is revoked; issue a new one instead")
-        issued = _new_token(user=token.user, name=token.name, expires_at=expires_at)
+        issued = _new_token(actor=actor, user=token.user, name=token.name, expires_at=expires_at, replaces=token.prefix)
+        _record("revoked", token, actor, reason=f"rotated: replaced by {issued.token.prefix}")
     logger.info("api token %s rotated by %s; replaced by %s", token.prefix, _name(actor), issued.token.prefix)
     token.revoked_at = now
     return issued
@@ -176,11 +189,13 @@ def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
     """Revoke ``token`` from now on; revoking it again changes nothing."""
     _check_may_manage(actor, token.user)
     now = timezone.now()
-    if ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
-        token.revoked_at = now
-        logger.info("api token %s revoked by %s", token.prefix, _name(actor))
-    else:
-        token.refresh_from_db(fields=["revoked_at"])
+    with transaction.atomic():
+        if ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
+            token.revoked_at = now
+            _record("revoked", token, actor, reason="revoked")
+            logger.info("api token %s revoked by %s", token.prefix, _name(actor))
+        else:
+            token.refresh_from_db(fields=["revoked_at"])
     return token
 
 
@@ -190,11 +205,12 @@ def api_token_replace_named(
     """Revoke every live token of ``user`` called ``name`` and issue its replacement, atomically."""
     _check_may_manage(actor, user)
     with transaction.atomic():
-        revoked = ApiToken.objects.filter(user=user, name=name.strip(), revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
+        live = list(ApiToken.objects.select_for_update().filter(user=user, name=name.strip(), revoked_at__isnull=True))
+        ApiToken.objects.filter(pk__in=[token.pk for token in live]).update(revoked_at=timezone.now())
         issued = api_token_issue(actor=actor, user=user, name=name, expires_at=expires_at)
-    logger.info("%s api token(s) %r of %s replaced by %s", revoked, name, user.get_username(), issued.token.prefix)
+        for token in live:
+            _record("revoked", token, actor, reason=f"replaced by {issued.token.prefix}")
+    logger.info("%s api token(s) %r of %s replaced by %s", len(live), name, user.get_username(), issued.token.prefix)
     return issued
 
 

@@ -76,8 +76,9 @@ BAD_POLICIES = [
 
 @pytest.mark.parametrize(("text", "path"), BAD_POLICIES)
 def test_a_malformed_policy_is_a_400_naming_the_path(api_for: Any, erin: Any, text: str, path: str) -> None:
+    client = api_for(erin)
     entries = LedgerEntry.objects.count()
-    response = api_for(erin).post("/api/v1/policies/validate/", {"text": text}, format="json")
+    response = client.post("/api/v1/policies/validate/", {"text": text}, format="json")
     assert response.status_code == 400, response.data
     assert response.data["text"], response.data
     assert path in [error["path"] for error in response.data["errors"]], response.data["errors"]
@@ -152,12 +153,13 @@ BAD_ENGINE_ARGS = [
 def test_malformed_engine_args_are_a_400_naming_the_option(
     api_for: Any, erin: Any, model_root: Path, engine_args: Any, field: str
 ) -> None:
-    body = backend_fields(model_root, "bad-args", engine_args=engine_args)
-    response = api_for(erin).post("/api/v1/backends/", body, format="json")
+    body, client = backend_fields(model_root, "bad-args", engine_args=engine_args), api_for(erin)
+    entries = LedgerEntry.objects.count()
+    response = client.post("/api/v1/backends/", body, format="json")
     assert response.status_code == 400, response.data
     assert field in response.data, response.data
     assert not Backend.objects.exists()
-    assert not LedgerEntry.objects.exists()
+    assert LedgerEntry.objects.count() == entries
 
 
 def test_a_command_line_for_engine_args_is_told_what_is_wanted(api_for: Any, erin: Any, model_root: Path) -> None:

@@ -76,8 +76,9 @@ def test_validate_names_the_path_and_the_problem(api_for: Any, erin: Any) -> Non
 def test_a_dry_run_judges_stored_runs_without_storing_or_moving(api_for: Any, erin: Any, rita: Any, baseline: Any,
                                                                 candidate: Any) -> None:  # fmt: skip
     ticket = scenario("restrict", erin, baseline, candidate)
+    reviewer = api_for(rita)
     entries = LedgerEntry.objects.count()
-    response = api_for(rita).post("/api/v1/policies/default/dry-run/", {"ticket": ticket.pk}, format="json")
+    response = reviewer.post("/api/v1/policies/default/dry-run/", {"ticket": ticket.pk}, format="json")
     assert response.status_code == 200, response.data
     assert response.data["outcome"] == "restrict" and response.data["stored"] is False
     assert response.data["policy_version"] == "default@1"
@@ -85,8 +86,8 @@ def test_a_dry_run_judges_stored_runs_without_storing_or_moving(api_for: Any, er
     assert (response.data["baseline_run"], response.data["candidate_run"]) == (ticket.baseline_run_id,
                                                                                ticket.candidate_run_id)  # fmt: skip
     # A more lenient draft policy (20-point margin on knowledge_qa) would let both tasks through.
-    lenient = api_for(rita).post("/api/v1/policies/default/dry-run/", {"ticket": ticket.pk, "text": LENIENT},
-                                 format="json")  # fmt: skip
+    lenient = reviewer.post("/api/v1/policies/default/dry-run/", {"ticket": ticket.pk, "text": LENIENT},
+                            format="json")  # fmt: skip
     assert lenient.status_code == 200 and lenient.data["policy_version"] == "lenient@1"
     assert lenient.data["verdicts"]["knowledge_qa"]["status"] != "fail"
     assert not GateDecision.objects.exists()

@@ -26,6 +26,9 @@ from rest_framework.test import APIClient
 
 from gates.models import ApiToken
 from gates.tokens import api_token_issue, api_token_revoke, api_token_rotate, key_prefix
+from ledger.models import LedgerEntry
+from ledger.selectors import ledger_verify
+from optgate.errors import InvalidInput
 
 pytestmark = pytest.mark.django_db
 
@@ -208,6 +211,50 @@ def test_services_refuse_anonymous_actors(erin: User) -> None:
         api_token_rotate(actor=AnonymousUser(), token=issued.token)
     with pytest.raises(NotAllowed):
         api_token_issue(actor=AnonymousUser(), user=erin)
+
+
+# --- the ledger ---------------------------------------------------------------------------------
+
+
+def _token_events() -> list[tuple[str, str, str, dict[str, Any]]]:
+    entries = LedgerEntry.objects.filter(subject_type="api_token").order_by("seq")
+    return [(e.kind, e.actor_name, e.subject_name, e.payload) for e in entries]
+
+
+def test_issuing_rotating_and_revoking_are_in_the_ledger_without_any_secret(erin: User, ada: User) -> None:
+    made = session_of(erin).post(TOKENS, {"name": "ci"}, format="json").json()
+    rotated = session_of(erin).post(f"{TOKENS}{made['id']}/rotate/", {}, format="json").json()
+    assert session_of(ada).delete(f"{TOKENS}{rotated['id']}/").status_code == 204
+    assert session_of(ada).delete(f"{TOKENS}{rotated['id']}/").status_code == 204  # again: nothing new
+    old, new = made["prefix"], rotated["prefix"]
+    owner, rotation = {"owner": "erin", "name": "ci", "expires_at": None}, f"rotated: replaced by {new}"
+    assert _token_events() == [
+        ("token.issued", "erin", f"erin/ci ({old})", {**owner, "prefix": old}),
+        ("token.issued", "erin", f"erin/ci ({new})", {**owner, "prefix": new, "replaces": old}),
+        ("token.revoked", "erin", f"erin/ci ({old})", {**owner, "prefix": old, "reason": rotation}),
+        ("token.revoked", "ada", f"erin/ci ({new})", {**owner, "prefix": new, "reason": "revoked"}),
+    ]  # fmt: skip
+    # Neither key nor stored hash reaches the ledger, and the chain holds.
+    stored = [e.payload for e in LedgerEntry.objects.all()] + [e.subject_name for e in LedgerEntry.objects.all()]
+    for key, token in ((made["key"], made["id"]), (rotated["key"], rotated["id"])):
+        secret = key.rsplit("_", 1)[1]
+        assert secret not in str(stored) and ApiToken.objects.get(pk=token).key_hash not in str(stored)
+    assert ledger_verify().ok
+
+
+def test_replacing_named_tokens_records_each_one_revoked_and_a_refused_issue_records_nothing(erin: User) -> None:
+    first = api_token_issue(actor=None, user=erin, name="deploy")
+    second = api_token_issue(actor=None, user=erin, name="deploy")
+    call_command("create_token", "erin", "--name", "deploy", "--rotate", stdout=io.StringIO())
+    revoked = [(kind, payload["prefix"]) for kind, _, _, payload in _token_events() if kind == "token.revoked"]
+    assert sorted(revoked) == sorted([("token.revoked", first.token.prefix), ("token.revoked", second.token.prefix)])
+    assert {actor for _, actor, _, _ in _token_events()} == {"system"}
+    before = LedgerEntry.objects.count()
+    erin.is_active = False
+    erin.save()
+    with pytest.raises(InvalidInput):
+        api_token_issue(actor=None, user=erin, name="late")
+    assert LedgerEntry.objects.count() == before
 
 
 def test_the_schema_documents_token_auth(erin: User) -> None:
