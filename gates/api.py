@@ -81,6 +81,11 @@ class BackendRefSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+def action_paths(status: str) -> list[str]:
+    """The URL paths of the actions a ticket in ``status`` may take (``start_canary`` → ``start-canary``)."""
+    return [name.replace("_", "-") for name in allowed_actions(status)]
+
+
 class TicketSerializer(serializers.ModelSerializer):
     owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
     baseline = BackendRefSerializer(read_only=True)
@@ -103,7 +108,7 @@ class TicketSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_allowed_actions(self, ticket: ReleaseTicket) -> list[str]:
-        return [name.replace("_", "-") for name in ticket.allowed_actions()]
+        return action_paths(ticket.status)
 
 
 class TransitionSerializer(serializers.Serializer):
@@ -191,7 +196,7 @@ def ticket_rows(tickets: QuerySet[ReleaseTicket]) -> list[dict[str, Any]]:
     shown = []
     for row in rows:
         ticket: dict[str, Any] = {name: row[name] for name in TICKET_PLAIN_FIELDS}
-        ticket["allowed_actions"] = [name.replace("_", "-") for name in allowed_actions(row["status"])]
+        ticket["allowed_actions"] = action_paths(row["status"])
         for backend in BACKEND_REFS:
             ticket[backend] = {field: row[f"{backend}__{field}"] for field in ("id", "name", "fingerprint")}
         for relation, slugs in tasks.items():
@@ -232,9 +237,9 @@ class TicketViewSet(
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         tickets = self.filter_queryset(self.get_queryset())
         # The page is chosen (and counted) on the tickets alone: counting the rows would join
-        # the backends and owners too.
+        # the backends and owners too. Its rows come back in the same (the model's) order.
         page = self.paginate_queryset(tickets.values_list("pk", flat=True))
-        return self.get_paginated_response(ticket_rows(tickets.filter(pk__in=page)))
+        return self.get_paginated_response(ticket_rows(ReleaseTicket.objects.filter(pk__in=page)))
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return Response(ticket_shown(self.get_object()))
