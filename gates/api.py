@@ -227,7 +227,10 @@ class TicketViewSet(
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> Any:
-        # Responses are built by ``ticket_rows``; actions need the ticket itself, lazily loaded.
+        # Responses are built by ``ticket_rows``; the reads need only the ticket's id, the other
+        # actions the ticket itself.
+        if self.action in ("retrieve", "decision"):
+            return ReleaseTicket.objects.only("pk")
         return ReleaseTicket.objects.all()
 
     def filter_queryset(self, queryset: Any) -> Any:
