@@ -19,6 +19,7 @@ from evaluators import pipeline, services
 from evaluators.engine import EngineHandle, launch_engine
 from evaluators.kit import BASE, Kit, ensure_kit
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord
+from evaluators.suites import get_suite
 from gates import services as gate_services
 from gates.decisions import decision_make
 from gates.models import ReleaseTicket, TaskType
@@ -63,19 +64,19 @@ def base_engine(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(scope="module")
 def base(base_engine: EngineHandle) -> dict[str, pipeline.TaskOutcome]:
-    return _evaluate(base_engine, ["knowledge_qa", "dataagent_nl2sql", "cs_summary"])
+    return _evaluate(base_engine, ["knowledge_qa", "compliance_qa", "dataagent_nl2sql", "tool_calling", "cs_summary"])
 
 
 @pytest.fixture(scope="module")
 def prefix_cached(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, pipeline.TaskOutcome]:
     with _launch(kit, BASE, "kit-base-prefix", PREFIX, tmp_path_factory.mktemp("logs")) as engine:
-        return _evaluate(engine, ["knowledge_qa"])
+        return _evaluate(engine, ["knowledge_qa", "compliance_qa"])
 
 
 @pytest.fixture(scope="module")
 def low_bit(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, pipeline.TaskOutcome]:
     with _launch(kit, kit.degraded, "kit-low-bit", NO_PREFIX, tmp_path_factory.mktemp("logs")) as engine:
-        return _evaluate(engine, ["dataagent_nl2sql", "cs_summary"])
+        return _evaluate(engine, ["dataagent_nl2sql", "tool_calling", "cs_summary"])
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_the_trained_baseline_answers_most_samples(base: dict[str, pipeline.Task
     # The kit's overall target (>= 80% across all six suites) is checked on its manifest in
     # test_kit; served by vLLM, each of these tasks must still be answered more often than not.
     for task, outcome in base.items():
-        assert outcome.quality["n"] == 60, task
+        assert outcome.quality["n"] == len(get_suite(task).load_samples()), task
         assert outcome.quality["pass_rate"] > 0.5, (task, outcome.quality)
 
 
@@ -108,7 +109,7 @@ def test_both_runs_keep_per_sample_records_with_latency(
     base: dict[str, pipeline.TaskOutcome], prefix_cached: dict[str, pipeline.TaskOutcome]
 ) -> None:
     for outcome in (base["knowledge_qa"], prefix_cached["knowledge_qa"]):
-        assert len(outcome.samples) == 60
+        assert len(outcome.samples) == len(get_suite("knowledge_qa").load_samples())
         assert all(s.output for s in outcome.samples)
         assert all(s.prompt and s.target for s in outcome.samples)
         assert sum(s.latency_ms is not None for s in outcome.samples) == PROFILE["requests_per_task"]
@@ -116,12 +117,20 @@ def test_both_runs_keep_per_sample_records_with_latency(
         assert all(r["error"] is None and r["ttft_s"] > 0 for r in outcome.requests)
 
 
-def test_the_low_bit_variant_scores_lower_on_nl2sql(
+def test_the_low_bit_variant_scores_lower_on_a_risk_task(
     base: dict[str, pipeline.TaskOutcome], low_bit: dict[str, pipeline.TaskOutcome]
 ) -> None:
-    assert low_bit["dataagent_nl2sql"].quality["pass_rate"] < base["dataagent_nl2sql"].quality["pass_rate"]
-    reasons = {s.failure_reason for s in low_bit["dataagent_nl2sql"].samples if not s.passed}
-    assert reasons, "a regressed variant must leave failure reasons reviewers can read"
+    # The kit picks the rounding that measurably loses SQL or tool calling; served by vLLM over
+    # the whole suite, one of them must still come out lower.
+    lower = [
+        task
+        for task in ("dataagent_nl2sql", "tool_calling")
+        if low_bit[task].quality["pass_rate"] < base[task].quality["pass_rate"]
+    ]
+    assert lower, {task: (base[task].quality, low_bit[task].quality) for task in ("dataagent_nl2sql", "tool_calling")}
+    reasons = {s.failure_reason for task in lower for s in low_bit[task].samples if not s.passed}
+    assert all(reasons), "a regressed variant must leave failure reasons reviewers can read"
+    assert reasons
 
 
 def test_ngram_speculative_decoding_reports_acceptance_counters(ngram: dict[str, pipeline.TaskOutcome]) -> None:
@@ -147,9 +156,10 @@ def test_a_run_through_the_services_stores_evidence_in_attach_mode(
 
     assert run.status == RunStatus.SUCCEEDED, run.error
     result = run.task_results.get(task="compliance_qa")
-    assert result.quality["n"] == 60
+    samples = len(get_suite("compliance_qa").load_samples())
+    assert result.quality["n"] == samples
     assert len(result.requests) == 8
-    assert SampleRecord.objects.filter(run=run, task="compliance_qa").count() == 60
+    assert SampleRecord.objects.filter(run=run, task="compliance_qa").count() == samples
     assert run.attempts.get().timings["total_s"] > 0
     assert LedgerEntry.objects.filter(kind="evaluation.succeeded", subject_id=str(run.pk)).exists()
     assert ledger_verify().ok
@@ -159,6 +169,16 @@ def test_a_run_through_the_services_stores_evidence_in_attach_mode(
     out = capsys.readouterr().out
     assert f"reusing finished run #{run.pk}" in out
     assert "compliance_qa" in out and "%" in out
+
+
+def test_prefix_caching_changes_no_answer(
+    base: dict[str, pipeline.TaskOutcome], prefix_cached: dict[str, pipeline.TaskOutcome]
+) -> None:
+    # Greedy decoding over the same weights: reusing cached KV blocks must give the same tokens.
+    for task in ("knowledge_qa", "compliance_qa"):
+        before = {s.sample_id: s.output for s in base[task].samples}
+        after = {s.sample_id: s.output for s in prefix_cached[task].samples}
+        assert after == before, task
 
 
 def _stored_run(backend: Backend, outcomes: dict[str, pipeline.TaskOutcome]) -> EvaluationRun:
@@ -206,4 +226,39 @@ def test_a_low_bit_candidate_is_restricted_or_rejected_naming_each_regressed_tas
     for task in regressed:
         assert task in text
     assert "%" in text  # the reasons carry the measured pass rates
+    assert ledger_verify().ok
+
+
+@pytest.mark.django_db
+def test_prefix_caching_is_approved_on_measured_evidence(
+    kit: Kit, base: dict[str, pipeline.TaskOutcome], prefix_cached: dict[str, pipeline.TaskOutcome], settings: Any
+) -> None:
+    # The suites are large enough for the default policy: 100 knowledge_qa samples settle its
+    # 5-point margin and 200 compliance_qa samples its 2-point margin when no answer changes.
+    settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
+    engineer = User.objects.create_user("erin")
+    engineer.groups.add(Group.objects.get_or_create(name="engineer")[0])
+    common: dict[str, Any] = {"model_id": "optgate/kit", "model_path": str(kit.path(BASE)),
+                              "model_revision": kit.revision(BASE), "engine_version": "0.32.0",
+                              "hardware_class": "cpu"}  # fmt: skip
+    bf16, _ = backend_register(actor=None, name="kit-bf16", engine_args=NO_PREFIX, **common)
+    cached, _ = backend_register(actor=None, name="kit-bf16-prefix-cache", engine_args=PREFIX, **common)
+    tasks = ["knowledge_qa", "compliance_qa"]
+    ticket = gate_services.ticket_create(owner=engineer, **ticket_fields(bf16, cached))
+    gate_services.ticket_submit(ticket=ticket, actor=engineer)
+    gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
+    ReleaseTicket.objects.filter(pk=ticket.pk).update(
+        baseline_run=_stored_run(bf16, {t: base[t] for t in tasks}),
+        candidate_run=_stored_run(cached, {t: prefix_cached[t] for t in tasks}),
+    )
+
+    decision = decision_make(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=None)
+
+    assert decision.outcome == "approve", decision.reasons
+    assert {task: verdict["status"] for task, verdict in decision.verdicts.items()} == {
+        "knowledge_qa": "pass",
+        "compliance_qa": "pass",
+    }
+    guardrails = {m["task"]: m for v in decision.verdicts.values() for m in v["metrics"] if m["kind"] == "guardrail"}
+    assert guardrails["compliance_qa"]["n"] >= 200 and guardrails["compliance_qa"]["interval"][0] > -0.02
     assert ledger_verify().ok

@@ -60,7 +60,7 @@ def test_questions_on_one_document_share_a_long_identical_prefix() -> None:
     by_doc: dict[str, list[str]] = defaultdict(list)
     for sample in SUITE.load_samples():
         by_doc[sample["doc_id"]].append(sample["prompt"])
-    assert 2 <= len(by_doc) <= 3
+    assert 2 <= len(by_doc) <= 5
     for prompts in by_doc.values():
         assert len(prompts) >= 10
         document = prompts[0].split("\nQuestion:")[0]

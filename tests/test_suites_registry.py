@@ -6,10 +6,12 @@ import re
 
 import pytest
 
+from evaluators.pipeline import DEFAULT_LOAD_PROFILE
 from evaluators.suites import SUITES, get_suite
-from evaluators.suites.base import PROMPT_SHAPES, SampleScore, extract_json_object, strip_code_fences
+from evaluators.suites.base import PROMPT_SHAPES, SampleScore, distinct_prompts, extract_json_object, strip_code_fences
 from evaluators.suites.generate import main as generate_main
 from evaluators.suites.generate import stale_files
+from gates.policy import load_policy
 
 EXPECTED_SLUGS = {"cs_summary", "knowledge_qa", "dataagent_nl2sql", "code_assistant", "compliance_qa", "tool_calling"}
 ALL_SUITES = sorted(SUITES)
@@ -40,9 +42,9 @@ def test_it_assigns_the_documented_prompt_shapes() -> None:
 
 
 @pytest.mark.parametrize("slug", ALL_SUITES)
-def test_it_ships_at_least_fifty_well_formed_samples(slug: str) -> None:
+def test_it_ships_as_many_well_formed_samples_as_the_default_policy_requires(slug: str) -> None:
     samples = get_suite(slug).load_samples()
-    assert len(samples) >= 50
+    assert len(samples) >= load_policy("default").tasks[slug].min_samples.quality
     ids = [s["id"] for s in samples]
     assert len(set(ids)) == len(ids)
     limit = PROMPT_LIMITS.get(slug, DEFAULT_PROMPT_LIMIT)
@@ -52,6 +54,25 @@ def test_it_ships_at_least_fifty_well_formed_samples(slug: str) -> None:
         assert 0 < len(sample["prompt"]) < limit, sample["id"]
         # Targets stay short so a tiny model can learn them (see the model kit).
         assert 0 < len(sample["target"]) <= 200, sample["id"]
+
+
+def test_the_default_load_profile_sends_as_many_requests_as_the_default_policy_requires() -> None:
+    required = {slug: task.min_samples.latency for slug, task in load_policy("default").tasks.items()}
+    assert DEFAULT_LOAD_PROFILE["requests_per_task"] >= max(required.values()), required
+
+
+@pytest.mark.parametrize("slug", ALL_SUITES)
+def test_no_two_samples_ask_the_same_prompt(slug: str) -> None:
+    # A repeated prompt would count as a second paired sample without being new evidence.
+    prompts = [s["prompt"] for s in get_suite(slug).load_samples()]
+    assert len(set(prompts)) == len(prompts)
+
+
+def test_a_generator_out_of_fresh_prompts_stops_with_an_error_instead_of_repeating_one() -> None:
+    rows = distinct_prompts(3, lambda i: {"prompt": f"q{i % 3}"})
+    assert [r["prompt"] for r in rows] == ["q0", "q1", "q2"]
+    with pytest.raises(RuntimeError, match="sample 2: no new prompt"):
+        distinct_prompts(3, lambda i: {"prompt": f"q{min(i, 1)}"})
 
 
 @pytest.mark.parametrize("slug", ALL_SUITES)

@@ -115,6 +115,29 @@ def to_jsonl(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=True, sort_keys=False) + "\n" for row in rows)
 
 
+MAX_DRAWS = 200  # draws per sample before a generator is declared out of fresh prompts
+
+
+def distinct_prompts(count: int, make: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``count`` rows from ``make(index)``, redrawing a row whose prompt an earlier row already has.
+
+    A repeated prompt is the same question asked twice: it adds a paired sample to the statistics
+    without adding evidence, so the gate would claim more certainty than the suite holds.
+    """
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for index in range(count):
+        for _ in range(MAX_DRAWS):
+            row = make(index)
+            if row["prompt"] not in seen:
+                break
+        else:
+            raise RuntimeError(f"sample {index}: no new prompt in {MAX_DRAWS} draws; widen the slot values")
+        seen.add(row["prompt"])
+        rows.append(row)
+    return rows
+
+
 def sample_id(slug: str, index: int) -> str:
     """The canonical sample id, e.g. ``cs_summary-0001`` for index 0."""
     return f"{slug}-{index + 1:04d}"

@@ -11,11 +11,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from evaluators.suites.base import GeneratedFiles, sample_id, to_jsonl
+from evaluators.suites.base import GeneratedFiles, distinct_prompts, sample_id, to_jsonl
 
 SLUG = "code_assistant"
 SEED = 7404
-SAMPLE_COUNT = 60
+SAMPLE_COUNT = 100
 TESTS_PER_SAMPLE = 4
 
 PROMPT_HEAD = "Write a Python function. Output only the code.\n"
@@ -139,5 +139,5 @@ def build() -> GeneratedFiles:
     """Return the suite's ``samples.jsonl``, identical on every call."""
     rng = random.Random(SEED)
     names = list(TEMPLATES)
-    rows = [_make_sample(rng, i, names[i % len(names)]) for i in range(SAMPLE_COUNT)]
+    rows = distinct_prompts(SAMPLE_COUNT, lambda i: _make_sample(rng, i, names[i % len(names)]))
     return {"samples.jsonl": to_jsonl(rows)}

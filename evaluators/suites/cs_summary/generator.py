@@ -15,7 +15,7 @@ from evaluators.suites.base import GeneratedFiles, sample_id, to_jsonl
 
 SLUG = "cs_summary"
 SEED = 7101
-SAMPLE_COUNT = 60
+SAMPLE_COUNT = 100
 
 ISSUES: dict[str, tuple[str, str]] = {
     # issue code -> (what the customer says, the templated one-line summary)

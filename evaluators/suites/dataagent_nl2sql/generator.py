@@ -17,7 +17,7 @@ from evaluators.suites.dataagent_nl2sql.database import SCHEMA_PATH, load_fixtur
 
 SLUG = "dataagent_nl2sql"
 SEED = 7303
-SAMPLE_COUNT = 60
+SAMPLE_COUNT = 100
 
 CITIES = ["Berlin", "Lyon", "Porto", "Oslo", "Dublin", "Krakow", "Turin", "Ghent"]
 SEGMENTS = ["consumer", "smb", "enterprise"]

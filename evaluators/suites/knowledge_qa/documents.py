@@ -295,4 +295,174 @@ DOCUMENTS: dict[str, tuple[str, list[Passage]]] = {
             ),
         ],
     ),
+    "security": (
+        "Northwind Security Operations Handbook",
+        [
+            (
+                "Passwords",
+                "Service passwords expire after {a}. Password resets are approved by {b}.",
+                [
+                    ("a", "days", "After how long do service passwords expire?"),
+                    ("b", "team", "Who approves password resets?"),
+                ],
+            ),
+            (
+                "Sessions",
+                "Console sessions end after {a} of inactivity. A session may last at most {b}.",
+                [
+                    ("a", "minutes", "After how much inactivity do console sessions end?"),
+                    ("b", "hours", "How long may a session last at most?"),
+                ],
+            ),
+            (
+                "Scanning",
+                "Vulnerability scans run every {a}. Scan reports are stored in {b}.",
+                [
+                    ("a", "weekday", "On which weekday do vulnerability scans run?"),
+                    ("b", "region", "Where are scan reports stored?"),
+                ],
+            ),
+            (
+                "Patching",
+                "Critical patches are applied within {a}. A patch window may pause at most {b} hosts.",
+                [
+                    ("a", "hours", "Within how long are critical patches applied?"),
+                    ("b", "count", "How many hosts may a patch window pause at most?"),
+                ],
+            ),
+            (
+                "Badges",
+                "Lost badges are blocked within {a}. A replacement badge costs {b}.",
+                [
+                    ("a", "minutes", "Within how long are lost badges blocked?"),
+                    ("b", "usd", "What does a replacement badge cost?"),
+                ],
+            ),
+            (
+                "Phishing",
+                "Phishing drills reach {a} of staff each quarter. Reported emails are triaged by {b}.",
+                [
+                    ("a", "pct", "What share of staff do phishing drills reach each quarter?"),
+                    ("b", "team", "Who triages reported emails?"),
+                ],
+            ),
+            (
+                "Logs",
+                "Security logs are kept for {a}. Log exports run daily at {b}.",
+                [
+                    ("a", "days", "How long are security logs kept?"),
+                    ("b", "clock", "At what time do log exports run?"),
+                ],
+            ),
+            (
+                "Vendors",
+                "Vendor access is reviewed every {a}. Vendor accounts are limited to {b} per vendor.",
+                [
+                    ("a", "days", "How often is vendor access reviewed?"),
+                    ("b", "count", "How many accounts may a vendor have?"),
+                ],
+            ),
+            (
+                "Incidents",
+                "Data incidents are reported to the regulator within {a}. The incident room opens in {b}.",
+                [
+                    ("a", "hours", "Within how long are data incidents reported to the regulator?"),
+                    ("b", "region", "Where does the incident room open?"),
+                ],
+            ),
+            (
+                "Audits",
+                "Access audits start every {a}. Findings above {b} risk are escalated.",
+                [
+                    ("a", "weekday", "On which weekday do access audits start?"),
+                    ("b", "pct", "Findings above what risk are escalated?"),
+                ],
+            ),
+        ],
+    ),
+    "support": (
+        "Northwind Customer Support Playbook",
+        [
+            (
+                "Response",
+                "Chats are answered within {a}. Emails are answered within {b}.",
+                [
+                    ("a", "minutes", "Within how long are chats answered?"),
+                    ("b", "hours", "Within how long are emails answered?"),
+                ],
+            ),
+            (
+                "Refunds",
+                "Agents may refund up to {a} without approval. Larger refunds go to {b}.",
+                [
+                    ("a", "usd", "How much may agents refund without approval?"),
+                    ("b", "team", "Who handles larger refunds?"),
+                ],
+            ),
+            (
+                "Queues",
+                "An agent holds at most {a} open chats. Overflow chats are routed to {b}.",
+                [
+                    ("a", "count", "How many open chats does an agent hold at most?"),
+                    ("b", "region", "Where are overflow chats routed?"),
+                ],
+            ),
+            (
+                "Surveys",
+                "Satisfaction surveys are sent {a} after a case closes. The survey goal is {b} satisfied.",
+                [
+                    ("a", "hours", "How long after a case closes are satisfaction surveys sent?"),
+                    ("b", "pct", "What is the survey goal?"),
+                ],
+            ),
+            (
+                "Escalations",
+                "Unresolved cases escalate after {a}. Escalated cases are owned by {b}.",
+                [
+                    ("a", "days", "After how long do unresolved cases escalate?"),
+                    ("b", "team", "Who owns escalated cases?"),
+                ],
+            ),
+            (
+                "Shifts",
+                "The late shift starts at {a}. Shift swaps are posted by {b}.",
+                [
+                    ("a", "clock", "At what time does the late shift start?"),
+                    ("b", "weekday", "By which weekday are shift swaps posted?"),
+                ],
+            ),
+            (
+                "Credits",
+                "Outage credits cover {a} of the monthly fee. Credit requests expire after {b}.",
+                [
+                    ("a", "pct", "What share of the monthly fee do outage credits cover?"),
+                    ("b", "days", "After how long do credit requests expire?"),
+                ],
+            ),
+            (
+                "Training",
+                "New agents shadow calls for {a}. Refresher training runs every {b}.",
+                [
+                    ("a", "hours", "For how long do new agents shadow calls?"),
+                    ("b", "days", "How often does refresher training run?"),
+                ],
+            ),
+            (
+                "Callbacks",
+                "Callbacks are scheduled within {a}. A case allows at most {b} callbacks.",
+                [
+                    ("a", "minutes", "Within how long are callbacks scheduled?"),
+                    ("b", "count", "How many callbacks does a case allow?"),
+                ],
+            ),
+            (
+                "Closures",
+                "Quiet cases close automatically after {a}. Closure reports are sent every {b}.",
+                [
+                    ("a", "days", "After how long do quiet cases close automatically?"),
+                    ("b", "weekday", "On which weekday are closure reports sent?"),
+                ],
+            ),
+        ],
+    ),
 }

@@ -1,6 +1,6 @@
 """Deterministic generator for the knowledge-assistant suite (long shared prefix, citations).
 
-Three fixed documents of ten passages each. The prompt puts the instruction and the
+Five fixed documents of ten passages each. The prompt puts the instruction and the
 whole document FIRST and the question LAST, so all questions on one document share a
 long identical prefix (what a prefix cache can reuse, in whole KV blocks).
 """

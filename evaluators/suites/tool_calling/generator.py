@@ -12,12 +12,12 @@ from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Any
 
-from evaluators.suites.base import GeneratedFiles, sample_id, to_jsonl
+from evaluators.suites.base import GeneratedFiles, distinct_prompts, sample_id, to_jsonl
 from evaluators.suites.tool_calling.tools import TOOLS, tool_spec
 
 SLUG = "tool_calling"
 SEED = 7606
-SAMPLE_COUNT = 60
+SAMPLE_COUNT = 100
 TOOLS_PER_PROMPT = 3
 
 CITIES = ["Lisbon", "Nairobi", "Osaka", "Quito", "Tromso", "Adelaide", "Lima", "Hanoi"]
@@ -88,4 +88,4 @@ def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
 def build() -> GeneratedFiles:
     """Return the suite's ``samples.jsonl``, identical on every call."""
     rng = random.Random(SEED)
-    return {"samples.jsonl": to_jsonl([_make_sample(rng, i) for i in range(SAMPLE_COUNT)])}
+    return {"samples.jsonl": to_jsonl(distinct_prompts(SAMPLE_COUNT, lambda i: _make_sample(rng, i)))}
