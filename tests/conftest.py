@@ -172,6 +172,27 @@ def ticket_fields(baseline: Backend, candidate: Backend, **overrides: Any) -> di
     return fields
 
 
+TIMING_METRICS = ("ttft", "tpot", "e2e", "queue_time", "output_throughput")
+
+
+def assert_prefix_cache_judged(outcome: str, verdicts: dict[str, Any]) -> None:
+    """A prefix-cache candidate on the kit: every quality guardrail and the hit rate must pass.
+
+    Greedy decoding over the same weights gives the same answers, and the suites are sized for the
+    policy's margins, so quality always settles. TTFT is measured on a shared two-core machine:
+    when a neighbour's load hides the prefill saving, the only open questions allowed are timing
+    objectives, and then the outcome is *needs evidence*, never a rejection.
+    """
+    metrics = [m for verdict in verdicts.values() for m in verdict["metrics"]]
+    guardrails = {m["task"]: m["status"] for m in metrics if m["kind"] == "guardrail"}
+    assert guardrails == {"knowledge_qa": "pass", "compliance_qa": "pass"}, metrics
+    assert [m["status"] for m in metrics if m["metric"] == "prefix_cache_hit_rate"] == ["pass"], metrics
+    open_questions = [m for m in metrics if m["status"] != "pass"]
+    for metric in open_questions:
+        assert metric["status"] == "inconclusive" and metric["metric"].startswith(TIMING_METRICS), metric
+    assert outcome == ("needs_evidence" if open_questions else "approve"), (outcome, open_questions)
+
+
 @pytest.fixture
 def draft(erin: User, baseline: Backend, candidate: Backend) -> ReleaseTicket:
     return gate_services.ticket_create(owner=erin, **ticket_fields(baseline, candidate))

@@ -26,7 +26,7 @@ from gates.models import ReleaseTicket, TaskType
 from ledger.models import Backend, LedgerEntry
 from ledger.selectors import ledger_verify
 from ledger.services import backend_register
-from tests.conftest import ticket_fields
+from tests.conftest import assert_prefix_cache_judged, ticket_fields
 
 pytestmark = pytest.mark.engine
 
@@ -231,7 +231,7 @@ def test_a_low_bit_candidate_is_restricted_or_rejected_naming_each_regressed_tas
 
 
 @pytest.mark.django_db
-def test_prefix_caching_is_approved_on_measured_evidence(
+def test_prefix_caching_passes_every_quality_guardrail_and_is_approved_unless_timing_is_unclear(
     kit: Kit, base: dict[str, pipeline.TaskOutcome], prefix_cached: dict[str, pipeline.TaskOutcome], settings: Any
 ) -> None:
     # The suites are large enough for the default policy: 100 knowledge_qa samples settle its
@@ -258,11 +258,7 @@ def test_prefix_caching_is_approved_on_measured_evidence(
 
     decision = decision_make(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=None)
 
-    assert decision.outcome == "approve", decision.reasons
-    assert {task: verdict["status"] for task, verdict in decision.verdicts.items()} == {
-        "knowledge_qa": "pass",
-        "compliance_qa": "pass",
-    }
+    assert_prefix_cache_judged(decision.outcome, decision.verdicts)
     guardrails = {m["task"]: m for v in decision.verdicts.values() for m in v["metrics"] if m["kind"] == "guardrail"}
     assert guardrails["compliance_qa"]["n"] >= 200 and guardrails["compliance_qa"]["interval"][0] > -0.02
     assert ledger_verify().ok
