@@ -22,7 +22,7 @@ from evaluators.models import EvaluationRun, RunStatus, SampleRecord
 from evaluators.suites import get_suite
 from gates import services as gate_services
 from gates.decisions import decision_make
-from gates.models import ReleaseTicket, TaskType
+from gates.models import GateDecision, ReleaseTicket, TaskType
 from ledger.models import Backend, LedgerEntry
 from ledger.selectors import ledger_verify
 from ledger.services import backend_register
@@ -192,13 +192,30 @@ def _stored_run(backend: Backend, outcomes: dict[str, pipeline.TaskOutcome]) -> 
     return run
 
 
+def _judged(
+    baseline: Backend,
+    candidate: Backend,
+    base_outcomes: dict[str, pipeline.TaskOutcome],
+    cand_outcomes: dict[str, pipeline.TaskOutcome],
+    **fields: Any,
+) -> GateDecision:
+    """File a ticket as an engineer, attach the measured runs of both backends, and judge it."""
+    engineer = User.objects.create_user("erin")
+    engineer.groups.add(Group.objects.get_or_create(name="engineer")[0])
+    ticket = gate_services.ticket_create(owner=engineer, **ticket_fields(baseline, candidate, **fields))
+    gate_services.ticket_submit(ticket=ticket, actor=engineer)
+    gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
+    ReleaseTicket.objects.filter(pk=ticket.pk).update(
+        baseline_run=_stored_run(baseline, base_outcomes), candidate_run=_stored_run(candidate, cand_outcomes)
+    )
+    return decision_make(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=None)
+
+
 @pytest.mark.django_db
 def test_a_low_bit_candidate_is_restricted_or_rejected_naming_each_regressed_task(
     kit: Kit, base: dict[str, pipeline.TaskOutcome], low_bit: dict[str, pipeline.TaskOutcome], settings: Any
 ) -> None:
     settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
-    engineer = User.objects.create_user("erin")
-    engineer.groups.add(Group.objects.get_or_create(name="engineer")[0])
     common: dict[str, Any] = {"model_id": "optgate/kit", "engine_version": "0.32.0", "hardware_class": "cpu",
                               "engine_args": NO_PREFIX}  # fmt: skip
     bf16, _ = backend_register(actor=None, name="kit-bf16", model_path=str(kit.path(BASE)),
@@ -206,19 +223,12 @@ def test_a_low_bit_candidate_is_restricted_or_rejected_naming_each_regressed_tas
     low, _ = backend_register(actor=None, name="kit-low-bit", model_path=str(kit.path(kit.degraded)),
                               model_revision=kit.revision(kit.degraded), **common)  # fmt: skip
     tasks = ["cs_summary", "dataagent_nl2sql"]
-    ticket = gate_services.ticket_create(
-        owner=engineer, **ticket_fields(bf16, low, mechanisms=["weight_quantization"], bottleneck="kv_memory",
-                                        beneficiary_tasks=list(TaskType.objects.filter(slug="cs_summary")),
-                                        risk_tasks=list(TaskType.objects.filter(slug="dataagent_nl2sql")))
+    decision = _judged(
+        bf16, low, {t: base[t] for t in tasks}, {t: low_bit[t] for t in tasks},
+        mechanisms=["weight_quantization"], bottleneck="kv_memory",
+        beneficiary_tasks=list(TaskType.objects.filter(slug="cs_summary")),
+        risk_tasks=list(TaskType.objects.filter(slug="dataagent_nl2sql")),
     )  # fmt: skip
-    gate_services.ticket_submit(ticket=ticket, actor=engineer)
-    gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
-    ReleaseTicket.objects.filter(pk=ticket.pk).update(
-        baseline_run=_stored_run(bf16, {t: base[t] for t in tasks}),
-        candidate_run=_stored_run(low, {t: low_bit[t] for t in tasks}),
-    )
-
-    decision = decision_make(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=None)
 
     assert decision.outcome in ("restrict", "reject"), decision.reasons
     regressed = [task for task, verdict in decision.verdicts.items() if verdict["status"] == "fail"]
@@ -237,8 +247,6 @@ def test_prefix_caching_passes_every_quality_guardrail_and_is_approved_unless_ti
     # The suites are large enough for the default policy: 100 knowledge_qa samples settle its
     # 5-point margin and 200 compliance_qa samples its 2-point margin when no answer changes.
     settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
-    engineer = User.objects.create_user("erin")
-    engineer.groups.add(Group.objects.get_or_create(name="engineer")[0])
     common: dict[str, Any] = {"model_id": "optgate/kit", "model_path": str(kit.path(BASE)),
                               "model_revision": kit.revision(BASE), "engine_version": "0.32.0",
                               "hardware_class": "cpu"}  # fmt: skip
@@ -248,15 +256,7 @@ def test_prefix_caching_passes_every_quality_guardrail_and_is_approved_unless_ti
     cached, _ = backend_register(actor=None, name="kit-bf16-prefix-cache", engine_args=PREFIX,
                                  prefix_cache_key_recipe=recipe, **common)  # fmt: skip
     tasks = ["knowledge_qa", "compliance_qa"]
-    ticket = gate_services.ticket_create(owner=engineer, **ticket_fields(bf16, cached))
-    gate_services.ticket_submit(ticket=ticket, actor=engineer)
-    gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
-    ReleaseTicket.objects.filter(pk=ticket.pk).update(
-        baseline_run=_stored_run(bf16, {t: base[t] for t in tasks}),
-        candidate_run=_stored_run(cached, {t: prefix_cached[t] for t in tasks}),
-    )
-
-    decision = decision_make(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=None)
+    decision = _judged(bf16, cached, {t: base[t] for t in tasks}, {t: prefix_cached[t] for t in tasks})
 
     assert_prefix_cache_judged(decision.outcome, decision.verdicts)
     guardrails = {m["task"]: m for v in decision.verdicts.values() for m in v["metrics"] if m["kind"] == "guardrail"}
