@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.conftest import assert_prefix_cache_judged
+from tests.conftest import assert_prefix_cache_judged, free_port
 
 pytestmark = pytest.mark.engine
 
@@ -28,16 +27,10 @@ pytestmark = pytest.mark.engine
 SERVICE_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "REDIS_URL", "OPTGATE_EMBEDDED")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_demo_decides_its_three_tickets_on_measured_evidence(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key not in SERVICE_VARIABLES}
     env["OPTGATE_VAR_DIR"] = str(tmp_path)
-    command = [sys.executable, "manage.py", "demo", "--no-serve", "--port", str(_free_port()), "--timeout", "1800"]
+    command = [sys.executable, "manage.py", "demo", "--no-serve", "--port", str(free_port()), "--timeout", "1800"]
     done = subprocess.run(
         command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=2400, check=False
     )

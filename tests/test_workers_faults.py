@@ -43,6 +43,7 @@ from ledger import services as ledger_services
 from ledger.models import Backend, LedgerEntry
 from ledger.selectors import ledger_verify
 from optgate.celery import app as celery_app
+from tests.conftest import free_port
 from workers import services, sweeper
 from workers.tasks import evaluate_run
 
@@ -52,12 +53,6 @@ pytestmark = [pytest.mark.worker, pytest.mark.engine, pytest.mark.django_db(tran
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = {"requests_per_task": 8, "concurrency": 2, "quality_concurrency": 4, "seed": 0}
 TASK = "compliance_qa"  # short prompts, 64 output tokens: the cheapest suite to run
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float, interval_s: float = 2.0) -> Any:
@@ -78,7 +73,7 @@ class PrivateRedis:
     """A redis-server of our own on a spare loopback port, so faults never touch the shared one."""
 
     def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
 
