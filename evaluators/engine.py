@@ -33,6 +33,13 @@ from evaluators.engine_args import build_serve_argv, ensure_model_allowed, valid
 
 HOST = "127.0.0.1"
 DEFAULT_KV_CACHE_GIB = "1"
+# vLLM-on-CPU pins the model's OpenMP threads to all cores but one and leaves that one to the API
+# server, the engine core and whatever measures it. On a small machine that one core is starved:
+# on two cores, the same engine's client-side TTFT p50 jumped between 13 ms and 90 ms from one
+# 100-request run to the next while its own /metrics TTFT stayed at 7-15 ms (chunks were held in
+# the API server and arrived at once). Unbound, the runs agreed (p50 25-31 ms with prefix caching,
+# 41-51 ms without), so latency measured on a CPU worker compares across runs.
+DEFAULT_CPU_THREADS_BIND = "nobind"
 _POLL_INTERVAL_S = 1.0
 _TERM_GRACE_S = 8.0
 _KILL_WAIT_S = 5.0
@@ -307,13 +314,15 @@ def _kept_for_engine(name: str) -> bool:
 
 def engine_env(device: Literal["cpu", "gpu"], env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The subprocess environment: the machine's, less OptGate's configuration and anything named
-    like a secret; offline hub, CPU target where relevant, caller overrides last."""
+    like a secret; offline hub, CPU target and thread binding where relevant (the machine's own
+    settings win), caller overrides last."""
     env = {name: value for name, value in os.environ.items() if _kept_for_engine(name)}
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     if device == "cpu":
         # Without VLLM_TARGET_DEVICE some code paths pick GPU kernels (illegal instruction).
         env["VLLM_TARGET_DEVICE"] = "cpu"
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KV_CACHE_GIB)
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", DEFAULT_CPU_THREADS_BIND)
     elif device != "gpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', not {device!r}")
     env.update(env_extra or {})

@@ -32,6 +32,15 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "request_success": ("vllm:request_success",),
 }
 KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+# The engine's own view of per-request latency (histograms: the mean over the window is exact,
+# percentiles would be bucket-coarse). Compared with the load generator's figures they show how
+# much of a client-side TTFT was delivery rather than queueing or prefill.
+HISTOGRAM_MEANS_MS: dict[str, str] = {
+    "engine_ttft_mean_ms": "vllm:time_to_first_token_seconds",
+    "engine_queue_mean_ms": "vllm:request_queue_time_seconds",
+    "engine_prefill_mean_ms": "vllm:request_prefill_time_seconds",
+    "engine_e2e_mean_ms": "vllm:e2e_request_latency_seconds",
+}
 
 _SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -139,6 +148,16 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
+def engine_latency_means(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float | None]:
+    """The engine's mean TTFT, queue, prefill and E2E times (ms) over the requests finished between
+    two scrapes; None where the engine does not expose the histogram or finished nothing."""
+    means: dict[str, float | None] = {}
+    for key, histogram in HISTOGRAM_MEANS_MS.items():
+        mean_s = _ratio(_delta(before, after, (histogram + "_sum",)), _delta(before, after, (histogram + "_count",)))
+        means[key] = None if mean_s is None else mean_s * 1000.0
+    return means
+
+
 def derive_engine_evidence(
     before: MetricsSnapshot, after: MetricsSnapshot, *, during: Iterable[MetricsSnapshot] = ()
 ) -> dict[str, float | None]:
@@ -156,6 +175,7 @@ def derive_engine_evidence(
     # step yields the accepted tokens plus the one token the target model always produces.
     per_draft = _ratio(evidence["spec_decode_accepted_tokens"], evidence["spec_decode_drafts"])
     evidence["spec_decode_mean_accepted_length"] = None if per_draft is None else 1.0 + per_draft
+    evidence.update(engine_latency_means(before, after))
     peaks = [p for s in (before, *during, after) if (p := s.gauge_max(*KV_USAGE_GAUGES)) is not None]
     evidence["kv_cache_usage_peak"] = max(peaks) if peaks else None
     return evidence

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, scrape_metrics
+from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, engine_latency_means, scrape_metrics
 from evaluators.loadgen import LoadRequest, run_load_sync
 from evaluators.suites import get_suite
 from evaluators.suites.base import Suite
@@ -145,7 +145,8 @@ def evaluate_task(
     profile: dict[str, Any],
     on_phase: Any = None,
 ) -> TaskOutcome:
-    """Quality, then load, for one task type, with engine counters scraped around both."""
+    """Quality, then load, for one task type: engine counters are scraped around both, the engine's
+    own latency means around the load alone."""
     suite = get_suite(slug)
     outcome = TaskOutcome(task=slug, suite_version=suite.version)
     before = _scrape(base_url)
@@ -163,6 +164,7 @@ def evaluate_task(
     if on_phase:
         on_phase("load")
     sample_ids, requests = load_requests(suite, count=int(profile["requests_per_task"]), seed=int(profile["seed"]))
+    load_start = _scrape(base_url)
     result = run_load_sync(
         base_url, model, requests, concurrency=int(profile["concurrency"]), seed=int(profile["seed"])
     )
@@ -176,6 +178,9 @@ def evaluate_task(
             sample.latency_ms = latency[sample.sample_id] * 1000.0
     if before is not None and after is not None:
         outcome.engine_evidence = derive_engine_evidence(before, after)
+    if load_start is not None and after is not None:
+        # The engine's own latencies over the load phase only, comparable with the load generator's.
+        outcome.engine_evidence.update(engine_latency_means(load_start, after))
     return outcome
 
 

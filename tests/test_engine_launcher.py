@@ -26,6 +26,7 @@ from evaluators.engine import (
     EngineHandle,
     EngineStartError,
     attach_engine,
+    engine_env,
     find_error_line,
     group_alive,
     kill_process_group,
@@ -205,6 +206,15 @@ def test_the_engine_gets_the_machine_environment_without_optgate_secrets(
     assert seen["FAKE_ENGINE_MODE"] == "serve"  # the caller's own additions still arrive
 
 
+def test_cpu_engines_run_unbound_unless_the_machine_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env("gpu")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert engine_env("cpu", {"VLLM_CPU_OMP_THREADS_BIND": "auto"})["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+
+
 def test_an_interrupt_during_start_up_still_kills_the_group(fake_engine: dict[str, object]) -> None:
     def interrupt(handle: EngineHandle) -> None:
         # Wait for the fake to record its grandchild, then behave like Ctrl-C / a task cancel.
@@ -348,6 +358,8 @@ def test_real_engine_dying_at_start_is_reported_and_cleaned_up(tiny_model_root: 
 def test_real_engine_streams_through_loadgen_and_exposes_evidence(tiny_engine: EngineHandle) -> None:
     assert httpx.get(tiny_engine.base_url + "/health").status_code == 200
     attach_engine(tiny_engine.base_url, "tiny")
+    # vLLM took the launcher's thread binding (see DEFAULT_CPU_THREADS_BIND).
+    assert "VLLM_CPU_OMP_THREADS_BIND='nobind'" in tiny_engine.log_path.read_text()
     before = scrape_metrics(tiny_engine.base_url)
     # Shared prefix far above the 128-token CPU cache block, so later requests must hit the cache.
     requests = build_workload("long_shared_prefix", samples=_CORPUS, n=6, seed=0, prefix_words=300, max_tokens=16)
@@ -371,6 +383,13 @@ def test_real_engine_streams_through_loadgen_and_exposes_evidence(tiny_engine: E
     # Speculation is on: the counters exist (values depend on the random model).
     assert evidence["spec_decode_drafts"] is not None
     assert evidence["kv_cache_usage_peak"] is not None
+    # The engine times a request from its arrival, the client from before sending it: the engine's
+    # TTFT can only be the smaller part of what the client saw.
+    client_ttft_ms = sum(r.ttft_s or 0.0 for r in result.records) / len(result.records) * 1000
+    engine_ttft_ms, engine_e2e_ms = evidence["engine_ttft_mean_ms"], evidence["engine_e2e_mean_ms"]
+    assert engine_ttft_ms is not None and engine_e2e_ms is not None
+    assert 0 < engine_ttft_ms <= client_ttft_ms
+    assert engine_e2e_ms >= engine_ttft_ms
 
 
 @pytest.mark.engine

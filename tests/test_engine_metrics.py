@@ -72,6 +72,11 @@ vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 110.0
 vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny"} 330.0
 # TYPE vllm:spec_decode_num_accepted_tokens_total counter
 vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 156.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="tiny"} 0.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="tiny"} 10.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"} 10.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="tiny"} 0.52
 """
 
 # Without speculative decoding and with the pre-0.12 names of the cache metrics.
@@ -138,6 +143,9 @@ def test_it_derives_deltas_rates_and_spec_decode_lengths() -> None:
     # vLLM's definition: 1 + accepted / drafts.
     assert evidence["spec_decode_mean_accepted_length"] == pytest.approx(2.5)
     assert evidence["kv_cache_usage_peak"] == 0.25
+    # The engine's own TTFT over the window: 8 more requests took 0.40 s more, 50 ms each.
+    assert evidence["engine_ttft_mean_ms"] == pytest.approx(50.0)
+    assert evidence["engine_queue_mean_ms"] is None  # not exposed here: absent, not zero
 
 
 def test_metrics_the_engine_does_not_expose_are_none_not_zero() -> None:

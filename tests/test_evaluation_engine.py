@@ -116,6 +116,10 @@ def test_both_runs_keep_per_sample_records_with_latency(
         assert sum(s.latency_ms is not None for s in outcome.samples) == PROFILE["requests_per_task"]
         assert len(outcome.requests) == PROFILE["requests_per_task"]
         assert all(r["error"] is None and r["ttft_s"] > 0 for r in outcome.requests)
+        # The engine's own TTFT covers the load phase only and starts when a request arrives, so it
+        # is part of what the client measured, never more.
+        client_ttft_ms = sum(r["ttft_s"] for r in outcome.requests) / len(outcome.requests) * 1000
+        assert 0 < outcome.engine_evidence["engine_ttft_mean_ms"] <= client_ttft_ms
 
 
 def test_the_low_bit_variant_scores_lower_on_a_risk_task(
