@@ -159,12 +159,17 @@ def engine_latency_means(before: MetricsSnapshot, after: MetricsSnapshot) -> dic
 
 
 def derive_engine_evidence(
-    before: MetricsSnapshot, after: MetricsSnapshot, *, during: Iterable[MetricsSnapshot] = ()
+    before: MetricsSnapshot,
+    after: MetricsSnapshot,
+    *,
+    during: Iterable[MetricsSnapshot] = (),
+    latency_since: MetricsSnapshot | None = None,
 ) -> dict[str, float | None]:
     """Counter deltas between two scrapes plus derived rates.
 
     ``during`` are extra snapshots taken while load ran, used for the KV-cache usage peak (a gauge
-    at scrape time says little about the peak by itself).
+    at scrape time says little about the peak by itself). The engine's latency means cover
+    ``latency_since`` to ``after`` when given (the load phase alone), else the whole window.
     """
     evidence: dict[str, float | None] = {key: _delta(before, after, names) for key, names in COUNTERS.items()}
     evidence["prefix_cache_hit_rate"] = _ratio(evidence["prefix_cache_hits"], evidence["prefix_cache_queries"])
@@ -175,7 +180,7 @@ def derive_engine_evidence(
     # step yields the accepted tokens plus the one token the target model always produces.
     per_draft = _ratio(evidence["spec_decode_accepted_tokens"], evidence["spec_decode_drafts"])
     evidence["spec_decode_mean_accepted_length"] = None if per_draft is None else 1.0 + per_draft
-    evidence.update(engine_latency_means(before, after))
+    evidence.update(engine_latency_means(latency_since or before, after))
     peaks = [p for s in (before, *during, after) if (p := s.gauge_max(*KV_USAGE_GAUGES)) is not None]
     evidence["kv_cache_usage_peak"] = max(peaks) if peaks else None
     return evidence

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, engine_latency_means, scrape_metrics
+from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, scrape_metrics
 from evaluators.loadgen import LoadRequest, run_load_sync
 from evaluators.suites import get_suite
 from evaluators.suites.base import Suite
@@ -177,10 +177,8 @@ def evaluate_task(
         if sample.sample_id in latency:
             sample.latency_ms = latency[sample.sample_id] * 1000.0
     if before is not None and after is not None:
-        outcome.engine_evidence = derive_engine_evidence(before, after)
-    if load_start is not None and after is not None:
         # The engine's own latencies over the load phase only, comparable with the load generator's.
-        outcome.engine_evidence.update(engine_latency_means(load_start, after))
+        outcome.engine_evidence = derive_engine_evidence(before, after, latency_since=load_start)
     return outcome
 
 

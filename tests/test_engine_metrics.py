@@ -146,6 +146,10 @@ def test_it_derives_deltas_rates_and_spec_decode_lengths() -> None:
     # The engine's own TTFT over the window: 8 more requests took 0.40 s more, 50 ms each.
     assert evidence["engine_ttft_mean_ms"] == pytest.approx(50.0)
     assert evidence["engine_queue_mean_ms"] is None  # not exposed here: absent, not zero
+    # Latency means over a later window only (here: one with no finished request).
+    later = derive_engine_evidence(_snap(BEFORE), _snap(AFTER), latency_since=_snap(AFTER))
+    assert later["engine_ttft_mean_ms"] is None
+    assert later["prefix_cache_hits"] == 3584  # the counters still cover the whole window
 
 
 def test_metrics_the_engine_does_not_expose_are_none_not_zero() -> None:
