@@ -7,7 +7,6 @@ role.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -145,13 +144,6 @@ def baseline(make_backend: Callable[..., Backend]) -> Backend:
 def candidate(make_backend: Callable[..., Backend]) -> Backend:
     return make_backend("kit-bf16-prefix-cache", engine_args={"max_model_len": 2048, "seed": 0,
                                                               "enable_prefix_caching": True})  # fmt: skip
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now, for a server a test starts."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ticket_fields(baseline: Backend, candidate: Backend, **overrides: Any) -> dict[str, Any]:

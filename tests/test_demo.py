@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.conftest import assert_prefix_cache_judged, free_port
+from evaluators.engine import find_free_port
+from tests.conftest import assert_prefix_cache_judged
 
 pytestmark = pytest.mark.engine
 
@@ -30,7 +31,7 @@ SERVICE_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND
 def test_the_demo_decides_its_three_tickets_on_measured_evidence(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key not in SERVICE_VARIABLES}
     env["OPTGATE_VAR_DIR"] = str(tmp_path)
-    command = [sys.executable, "manage.py", "demo", "--no-serve", "--port", str(free_port()), "--timeout", "1800"]
+    command = [sys.executable, "manage.py", "demo", "--no-serve", "--port", str(find_free_port()), "--timeout", "1800"]
     done = subprocess.run(
         command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=2400, check=False
     )

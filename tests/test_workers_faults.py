@@ -43,7 +43,6 @@ from ledger import services as ledger_services
 from ledger.models import Backend, LedgerEntry
 from ledger.selectors import ledger_verify
 from optgate.celery import app as celery_app
-from tests.conftest import free_port
 from workers import services, sweeper
 from workers.tasks import evaluate_run
 
@@ -73,7 +72,7 @@ class PrivateRedis:
     """A redis-server of our own on a spare loopback port, so faults never touch the shared one."""
 
     def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
+        self.port = engine.find_free_port()
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
 
