@@ -69,7 +69,7 @@ class PolicyViewSet(viewsets.ViewSet):
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def retrieve(self, request: Request, name: str | None = None) -> Response:
-        """One policy in full, by name (``default``) or version label (``default@1``)."""
+        """One policy in full, by name (``default``) or version label (``default@2``)."""
         matches = [p for p in list_policies() if name in (p.name, p.version_label)]
         if not matches:
             return Response({"detail": f"no policy {name!r}"}, status=status.HTTP_404_NOT_FOUND)

@@ -116,6 +116,18 @@ class BottleneckRule:
 
 
 @dataclass(frozen=True)
+class MeasurementRule:
+    """When two runs' client-side timings can be compared at all (see ``gates.judge.validity``).
+
+    The load client's TTFT is the engine's own TTFT plus delivery (HTTP, streaming, time the
+    client or the API server sat starved of CPU). If delivery differs between the runs by more
+    than ``max_delivery_shift_ms``, a latency difference may be the machine's, not the candidate's.
+    """
+
+    max_delivery_shift_ms: float = 20.0
+
+
+@dataclass(frozen=True)
 class Policy:
     """A validated, versioned gate policy."""
 
@@ -128,6 +140,7 @@ class Policy:
     prefix_cache: PrefixCacheRule
     quantization: Mapping[str, QuantizationRule]
     bottlenecks: Mapping[str, BottleneckRule]
+    measurement: MeasurementRule = field(default_factory=MeasurementRule)
     n_boot: int = 2000
     seed: int = 0
     source: str | None = field(default=None, compare=False)
@@ -382,7 +395,7 @@ def policy_from_dict(document: Any, source: str | None = None) -> Policy:
 
 
 def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
-    top = {"name", "version", "dry_run", "description", "tasks", "mechanisms", "bottlenecks", "stats"}
+    top = {"name", "version", "dry_run", "description", "tasks", "mechanisms", "bottlenecks", "measurement", "stats"}
     raw = v.mapping(document, "", top, {"name", "version", "tasks"})
     if not raw:
         if not v.errors:
@@ -404,6 +417,12 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
             continue
         tasks[task] = _task_policy(v, task, task_raw, f"tasks.{task}")
     speculative, prefix, quantization = _mechanisms(v, raw.get("mechanisms"), tasks)
+    measurement_raw = v.mapping(raw.get("measurement") or {}, "measurement", {"max_delivery_shift_ms"})
+    measurement = MeasurementRule(
+        max_delivery_shift_ms=v.number(
+            measurement_raw.get("max_delivery_shift_ms"), "measurement.max_delivery_shift_ms", 0, 60_000, 20.0
+        )
+    )
     stats_raw = v.mapping(raw.get("stats") or {}, "stats", {"n_boot", "seed"})
     policy = Policy(
         name=name,
@@ -415,6 +434,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         prefix_cache=prefix,
         quantization=quantization,
         bottlenecks=_bottlenecks(v, raw.get("bottlenecks")),
+        measurement=measurement,
         n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000, high=MAX_N_BOOT),
         seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
         source=source,

@@ -10,6 +10,7 @@ from gates.judge.metric_judge import judge_metric
 from gates.judge.metrics import is_quality
 from gates.judge.records import Kind, MetricVerdict, Role, Status, TaskEvidence, TaskVerdict, unmeasured_verdict
 from gates.judge.rules import Rule, min_samples_for
+from gates.judge.validity import judge_comparability
 
 if TYPE_CHECKING:
     from gates.policy import MetricRule, Policy, TaskPolicy
@@ -73,7 +74,8 @@ def judge_task(
 
     Guardrails decide for every task; objectives, mechanism rules and the targeted bottleneck
     decide only for beneficiary tasks (that is where the benefit is promised). Quality guardrails
-    of tasks listed under an active quantization mechanism become critical.
+    of tasks listed under an active quantization mechanism become critical. Client-timed checks
+    are inconclusive when the runs' delivery delays differ too much to compare (``validity``).
     """
     task = evidence.task
     task_policy = policy.task(task)
@@ -99,6 +101,7 @@ def judge_task(
         verdicts += mechanism_verdicts(policy, evidence, task_policy, mechanisms, base_seed)
         if bottleneck:
             verdicts.append(bottleneck_verdict(policy, evidence, task_policy, bottleneck, base_seed))
+    verdicts = judge_comparability(verdicts, evidence, policy.measurement.max_delivery_shift_ms)
     return TaskVerdict(
         task=task,
         role=role,

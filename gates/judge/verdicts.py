@@ -11,6 +11,7 @@ The work lives in modules by concern; this module keeps the names callers import
 * ``rules`` and ``wording`` — what a verdict checks, and how its sentence reads;
 * ``quality`` and ``performance`` — the judges of each metric family, ``metric_judge`` picks one;
 * ``mechanisms`` — speculative-decoding, prefix-cache and targeted-bottleneck rules;
+* ``validity`` — whether the two runs' client-side timings can be compared at all;
 * ``task`` — ``judge_task``.
 """
 

@@ -1,0 +1,69 @@
+"""Whether two runs' client-side timings can be compared at all.
+
+The load client's TTFT is the engine's own TTFT (vLLM's histogram over the same load phase) plus
+delivery: HTTP, streaming, and any time the client or the API server sat starved of CPU. Delivery
+is part of what users feel, but when it changes between the two runs by more than the policy
+allows, a latency difference may belong to the machine that measured it rather than to the
+candidate. The client-timed checks are then inconclusive and ask for a re-measurement, which
+more samples would not give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gates.judge.metrics import METRIC_SPECS
+from gates.judge.pairing import sample_values
+from gates.judge.records import MetricVerdict, RunTaskEvidence, TaskEvidence
+
+# Families the load client times: they carry delivery; engine counters and quality do not.
+CLIENT_TIMED = ("latency", "throughput", "goodput")
+
+
+def client_ttft_mean_ms(run: RunTaskEvidence) -> float | None:
+    values = sample_values(run.ttft_ms)
+    return sum(float(v) for v in values) / len(values) if values else None
+
+
+def delivery_ms(run: RunTaskEvidence) -> float | None:
+    """Mean client TTFT minus the engine's mean TTFT over the same requests; None if unknown."""
+    engine, client = run.engine.get("engine_ttft_mean_ms"), client_ttft_mean_ms(run)
+    return None if engine is None or client is None else client - engine
+
+
+def judge_comparability(
+    verdicts: Sequence[MetricVerdict], ev: TaskEvidence, max_shift_ms: float
+) -> list[MetricVerdict]:
+    """The verdicts, with client-timed ones made inconclusive when delivery shifted between runs."""
+    base, cand = delivery_ms(ev.base), delivery_ms(ev.cand)
+    if base is None or cand is None or abs(cand - base) <= max_shift_ms:
+        return list(verdicts)
+    client = [client_ttft_mean_ms(r) or 0.0 for r in (ev.base, ev.cand)]
+    engine = [r.engine["engine_ttft_mean_ms"] for r in (ev.base, ev.cand)]
+    why = (
+        f"the load client saw mean TTFT {client[0]:.1f} → {client[1]:.1f} ms while the engine measured "
+        f"{engine[0]:.1f} → {engine[1]:.1f} ms, so delivery to the client took {base:.1f} ms in the baseline "
+        f"run and {cand:.1f} ms in the candidate's, a {abs(cand - base):.1f} ms shift beyond the policy's "
+        f"{max_shift_ms:g} ms: the runs' client-side timings are not comparable. Re-measure on a quiet "
+        "worker (more samples will not help); if the shift repeats, the API server or the client is the "
+        "bottleneck, not the engine."
+    )
+    details = {"delivery_ms_baseline": base, "delivery_ms_candidate": cand, "max_delivery_shift_ms": max_shift_ms}
+    return [_not_comparable(v, why, details) if _client_timed(v) else v for v in verdicts]
+
+
+def _client_timed(verdict: MetricVerdict) -> bool:
+    spec = METRIC_SPECS.get(verdict.metric)
+    return spec is not None and spec.family in CLIENT_TIMED and verdict.status != "error"
+
+
+def _not_comparable(verdict: MetricVerdict, why: str, details: dict[str, float]) -> MetricVerdict:
+    label = METRIC_SPECS[verdict.metric].label
+    return replace(
+        verdict,
+        status="inconclusive",
+        samples_needed=None,
+        reason=f"{label[0].upper()}{label[1:]} is not judged: {why}",
+        details={**verdict.details, **details, "measured": verdict.reason},
+    )
