@@ -11,7 +11,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -68,12 +68,13 @@ def run_request(
     attach_base_url: str = "",
     attach_model: str = "",
     allow_reuse: bool = True,
+    exclude: Collection[int] = (),
 ) -> tuple[EvaluationRun, bool]:
     """Ask for evidence on ``backend``; returns ``(run, reused)``.
 
     A run with the same backend fingerprint, engine version, hardware class and load profile
     that covers every requested task on the same suite version, and that succeeded or is still
-    in flight, is reused instead of measuring again.
+    in flight, is reused instead of measuring again; runs whose ids are in ``exclude`` are not.
     """
     if not tasks:
         raise InvalidInput({"tasks": "name at least one task type"})
@@ -89,6 +90,7 @@ def run_request(
             candidates = (
                 EvaluationRun.objects.select_for_update()
                 .filter(reuse_key=key, status__in=[RunStatus.SUCCEEDED, RunStatus.QUEUED, RunStatus.RUNNING])
+                .exclude(pk__in=list(exclude))
                 .order_by("-created_at")
             )
             # Prefer finished evidence over a run still in flight.

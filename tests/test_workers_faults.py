@@ -7,7 +7,9 @@ One flow per fault, each asserting that nothing is lost and nothing is done twic
 - the GPU worker SIGKILLed mid-evaluation: the run is recovered and finishes exactly once, and
   no vLLM process is left behind;
 - the engine killed mid-run: the run ends ``error`` with the engine's last log lines, and can be
-  retried.
+  retried;
+- a *needs evidence* ticket evaluated again through the API gets two new runs, measured by the
+  workers, and a second decision on them (the judged runs are not reused).
 
 Run with ``DATABASE_URL=postgres://postgres@127.0.0.1:5432/optgate pytest -m worker``; skipped on
 SQLite or without vLLM. Each engine start costs a couple of minutes on two cores.
@@ -38,6 +40,7 @@ from django.utils import timezone
 from evaluators import engine
 from evaluators import services as run_services
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, TaskResult
+from gates import services as gate_services
 from gates.models import GateDecision, ReleaseTicket, TicketStatus
 from ledger import services as ledger_services
 from ledger.models import Backend, LedgerEntry
@@ -227,12 +230,8 @@ def _diagnose(workers: dict[str, Worker]) -> str:
     return f"runs: {runs}\n--- gpu worker ---\n{workers['gpu'].tail()}\n--- default ---\n{workers['default'].tail(30)}"
 
 
-def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
-    workers: dict[str, Worker], redis: PrivateRedis, erin: User, tiny_model: Path, api_for: Any
-) -> None:
-    baseline, candidate = _register(erin, tiny_model)
-    api = api_for(erin)
-    body = {
+def _ticket_body(baseline: Backend, candidate: Backend) -> dict[str, Any]:
+    return {
         "title": "Prefix caching for compliance answers", "mechanisms": ["prefix_cache"], "bottleneck": "prefill",
         "bottleneck_evidence": "TTFT p95 dominated by the shared policy preamble",
         "baseline": baseline.name, "candidate": candidate.name, "beneficiary_tasks": [TASK], "risk_tasks": [],
@@ -241,7 +240,14 @@ def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
                           "route_update": "compliance_qa back to tiny-bf16"},
         "observation_window_hours": 24, "canary_scope": {"tenants": ["tenant-a"], "business_domain": "support"},
     }  # fmt: skip
-    created = api.post("/api/v1/tickets/", body, format="json")
+
+
+def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
+    workers: dict[str, Worker], redis: PrivateRedis, erin: User, tiny_model: Path, api_for: Any
+) -> None:
+    baseline, candidate = _register(erin, tiny_model)
+    api = api_for(erin)
+    created = api.post("/api/v1/tickets/", _ticket_body(baseline, candidate), format="json")
     assert created.status_code == 201, created.content
 
     redis.stop()
@@ -278,6 +284,44 @@ def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
         assert not group_alive(run.attempts.get().engine_pgid)
     assert GateDecision.objects.filter(ticket=ticket).count() == 1
     assert LedgerEntry.objects.filter(kind="ticket.evaluation_requested", subject_id=str(ticket.pk)).count() == 1
+    assert ledger_verify().ok
+
+
+def test_a_needs_evidence_ticket_evaluated_again_is_measured_afresh_by_the_workers(
+    workers: dict[str, Worker], erin: User, tiny_model: Path, api_for: Any
+) -> None:
+    baseline, candidate = _register(erin, tiny_model)
+    api = api_for(erin)
+    created = api.post("/api/v1/tickets/", _ticket_body(baseline, candidate), format="json")
+    assert created.status_code == 201, created.content
+    ticket = ReleaseTicket.objects.get(pk=created.json()["id"])
+    # A first judgement without engines: two runs that "succeeded" with no results (no message sent).
+    gate_services.ticket_submit(ticket=ticket, actor=erin)
+    gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
+    old = [run_services.run_request(backend=b, tasks=[TASK], load_profile=PROFILE)[0] for b in (baseline, candidate)]
+    ReleaseTicket.objects.filter(pk=ticket.pk).update(baseline_run=old[0], candidate_run=old[1])
+    for run in old:
+        run.move(RunStatus.RUNNING)
+        run.move(RunStatus.SUCCEEDED)
+    assert services.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
+
+    again = api.post(f"/api/v1/tickets/{ticket.pk}/evaluate/")
+    assert again.status_code == 202, again.content
+    judged_twice = GateDecision.objects.filter(ticket=ticket)
+    try:
+        wait_for("the second decision", lambda: judged_twice.count() == 2, 1500, 5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnose(workers)}") from None
+    ticket.refresh_from_db()
+    fresh = [ticket.baseline_run, ticket.candidate_run]
+    assert {run.pk for run in fresh if run}.isdisjoint({run.pk for run in old})
+    for run in fresh:
+        assert run is not None and run.status == RunStatus.SUCCEEDED, run and run.error
+        assert TaskResult.objects.filter(run=run).count() == 1  # measured for real this time
+    latest = judged_twice.first()
+    assert latest is not None and (latest.baseline_run_id, latest.candidate_run_id) == tuple(r.pk for r in fresh if r)
+    entry = LedgerEntry.objects.filter(kind="ticket.evaluation_requested", subject_id=str(ticket.pk)).first()
+    assert entry is not None and entry.payload["judged_before"] == sorted(run.pk for run in old)
     assert ledger_verify().ok
 
 

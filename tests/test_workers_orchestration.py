@@ -124,6 +124,82 @@ def test_it_judges_only_when_both_runs_are_finished(draft: ReleaseTicket, erin: 
     assert Notification.objects.filter(event="ticket.evaluated", ticket=ticket).count() == 1
 
 
+def _judged_needs_evidence(draft: ReleaseTicket, erin: User) -> ReleaseTicket:
+    """A ticket whose two runs succeeded without results for its tasks: judged *needs evidence*."""
+    services.evaluation_request(ticket=draft, actor=erin)
+    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.baseline_run and ticket.candidate_run
+    _finish(ticket.baseline_run)
+    _finish(ticket.candidate_run)
+    assert services.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.NEEDS_EVIDENCE
+    return ticket
+
+
+def test_evaluating_a_needs_evidence_ticket_again_measures_both_backends_afresh(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from gates import services as gate_services
+    from gates.models import GateDecision
+    from tests.conftest import ticket_fields
+
+    ticket = _judged_needs_evidence(draft, erin)
+    old = (ticket.baseline_run_id, ticket.candidate_run_id)
+    sent["run"].reset_mock()
+
+    services.evaluation_request(ticket=ticket, actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = services.ticket_evaluate(ticket_id=ticket.pk)
+
+    assert again is not None and again.status == TicketStatus.EVALUATING
+    new = (again.baseline_run_id, again.candidate_run_id)
+    assert not set(new) & set(old), "the judged runs were reused instead of measured again"
+    assert sorted(call.kwargs["task_id"] for call in sent["run"].call_args_list) == sorted(
+        f"evaluate-run-{pk}-a1" for pk in new
+    )
+    entry = LedgerEntry.objects.filter(kind="ticket.evaluation_requested", subject_id=str(ticket.pk)).first()
+    assert entry is not None and entry.payload["judged_before"] == sorted(old)
+    assert entry.payload["baseline"]["reused"] is False and entry.payload["candidate"]["reused"] is False
+    assert services.ticket_check(ticket_id=ticket.pk) is None  # the new runs have not finished
+
+    # A redelivered message changes nothing; another ticket may still reuse the old evidence.
+    assert services.ticket_evaluate(ticket_id=ticket.pk) is not None
+    assert EvaluationRun.objects.count() == 4
+    other = gate_services.ticket_create(owner=erin, **ticket_fields(draft.baseline, draft.candidate, title="other"))
+    services.evaluation_request(ticket=other, actor=erin)
+    reused = services.ticket_evaluate(ticket_id=other.pk)
+    assert reused is not None and reused.baseline_run_id in (old[0], new[0])
+
+    for pk in new:
+        _finish(EvaluationRun.objects.get(pk=pk))
+    assert services.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
+    latest = GateDecision.objects.filter(ticket=ticket).first()
+    assert latest is not None and (latest.baseline_run_id, latest.candidate_run_id) == new
+    assert GateDecision.objects.filter(ticket=ticket).count() == 2
+    assert ledger_verify().ok
+
+
+def test_an_interrupted_re_evaluation_is_fanned_out_by_the_sweep_not_judged_on_the_old_runs(
+    draft: ReleaseTicket, erin: User, sent: Any
+) -> None:
+    from gates import services as gate_services
+    from gates.models import GateDecision
+
+    ticket = _judged_needs_evidence(draft, erin)
+    # The worker moved the ticket to evaluating and died before asking for new runs.
+    gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
+
+    assert services.ticket_check(ticket_id=ticket.pk) is None
+    assert GateDecision.objects.filter(ticket=ticket).count() == 1
+    sent["ticket"].reset_mock()
+    report = sweeper.sweep(now=timezone.now())
+    assert ticket.pk in report.dispatched and ticket.pk not in report.checked
+    sent["ticket"].assert_any_call(ticket.pk)
+    again = services.ticket_evaluate(ticket_id=ticket.pk)
+    assert again is not None and again.baseline_run_id not in (ticket.baseline_run_id, ticket.candidate_run_id)
+
+
 def test_it_waits_for_a_new_request_when_a_run_was_cancelled(draft: ReleaseTicket, erin: User, sent: Any) -> None:
     services.evaluation_request(ticket=draft, actor=erin)
     ticket = services.ticket_evaluate(ticket_id=draft.pk)

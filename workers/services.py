@@ -19,7 +19,7 @@ from evaluators import services as run_services
 from evaluators.engine import kill_process_group, process_alive
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
 from gates import services as gate_services
-from gates.models import IllegalTransition, ReleaseTicket, TicketStatus
+from gates.models import GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
 from ledger.services import ledger_append
 from optgate.errors import DomainError, NotAllowed
 from optgate.roles import ADMIN, Actor, has_role, person
@@ -88,11 +88,25 @@ def evaluation_request(*, ticket: ReleaseTicket, actor: Actor) -> ReleaseTicket:
     return ticket
 
 
+def _judged_runs(ticket: ReleaseTicket) -> set[int]:
+    """Runs a binding decision of this ticket has already judged."""
+    pairs = GateDecision.objects.filter(ticket=ticket, dry_run=False).values_list("baseline_run_id", "candidate_run_id")
+    return {run_id for pair in pairs for run_id in pair}
+
+
+def awaits_fresh_runs(ticket: ReleaseTicket) -> bool:
+    """An evaluating ticket still holding runs it was judged on: its re-evaluation has not fanned out."""
+    current = {ticket.baseline_run_id, ticket.candidate_run_id} - {None}
+    return bool(current & _judged_runs(ticket))
+
+
 def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
     """Move a submitted ticket to evaluating and request its baseline and candidate runs.
 
-    A finished or in-flight run with the same reuse key is reused (the ledger entry names it);
-    new runs are enqueued on the ``gpu`` queue after commit. Returns None when the ticket is gone.
+    A finished or in-flight run with the same reuse key is reused (the ledger entry names it),
+    except a run this ticket's decisions already judged: evaluating a ticket again (after
+    *needs evidence*) measures both backends afresh, side by side. New runs are enqueued on the
+    ``gpu`` queue after commit. Returns None when the ticket is gone.
     """
     ticket = ReleaseTicket.objects.filter(pk=ticket_id).first()
     if ticket is None:
@@ -105,15 +119,18 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
     if ticket.status != TicketStatus.EVALUATING:
         return ticket
     current = [ticket.baseline_run, ticket.candidate_run]
-    if all(run is not None and run.status not in (RunStatus.ERROR, RunStatus.CANCELLED) for run in current):
+    judged = _judged_runs(ticket)
+    if all(run is not None and run.status not in (RunStatus.ERROR, RunStatus.CANCELLED) and run.pk not in judged
+           for run in current):  # fmt: skip
         _enqueue_check_now(ticket.pk)  # fanned out already: a redelivery only re-checks
         return ticket
 
     tasks = ticket_tasks(ticket)
     profile = dict(settings.OPTGATE_LOAD_PROFILE)
-    baseline_run, baseline_reused = run_services.run_request(backend=ticket.baseline, tasks=tasks, load_profile=profile)
+    baseline_run, baseline_reused = run_services.run_request(backend=ticket.baseline, tasks=tasks,
+                                                             load_profile=profile, exclude=judged)  # fmt: skip
     candidate_run, candidate_reused = run_services.run_request(backend=ticket.candidate, tasks=tasks,
-                                                               load_profile=profile)  # fmt: skip
+                                                               load_profile=profile, exclude=judged)  # fmt: skip
     with transaction.atomic(durable=True):
         moved = ReleaseTicket.objects.filter(pk=ticket.pk, status=TicketStatus.EVALUATING).update(
             baseline_run=baseline_run, candidate_run=candidate_run, updated_at=timezone.now()
@@ -133,6 +150,7 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
                              "run_status": baseline_run.status},
                 "candidate": {"backend": ticket.candidate.name, "run": candidate_run.pk, "reused": candidate_reused,
                               "run_status": candidate_run.status},
+                "judged_before": sorted(judged),
             },
         )  # fmt: skip
         # A reused run in flight already has its message; only new runs are sent.
@@ -175,6 +193,8 @@ def ticket_check(*, ticket_id: int) -> str | None:
         return None
     if any(run is not None and run.status == RunStatus.CANCELLED for run in runs):
         return None
+    if awaits_fresh_runs(ticket):
+        return None  # evaluated again: the old runs were judged already, the new ones are not yet asked for
     try:
         outcome = _decision_make(ticket)
     except DomainError:

@@ -84,7 +84,7 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
     )
     for ticket in evaluating:
         runs = [ticket.baseline_run, ticket.candidate_run]
-        if any(run is None for run in runs):
+        if any(run is None for run in runs) or services.awaits_fresh_runs(ticket):
             evaluate_ticket.delay(ticket.pk)  # the fan-out was interrupted half-way
             report.dispatched.append(ticket.pk)
         elif all(run is not None and run.is_finished for run in runs):
