@@ -180,6 +180,32 @@ def test_a_task_that_errored_inside_a_good_run_needs_evidence(erin: Any, baselin
     assert decision.verdicts["cs_summary"]["status"] == "pass"
 
 
+def test_responses_held_up_between_engine_and_client_need_a_re_measurement(
+    erin: Any, baseline: Any, candidate: Any, client: Any
+) -> None:
+    good = outcomes(200, 0.9, 6)
+    # Stored TTFTs are ~300 ms (candidate ~210 ms): the engine saw the baseline's requests ~20 ms
+    # earlier than the client did, and the candidate's ~150 ms earlier.
+    base = store_run(baseline, {"cs_summary": task_spec(good, seed=6, engine={"engine_ttft_mean_ms": 290.0})})
+    cand = store_run(candidate, {"cs_summary": task_spec(good, speed=0.7, seed=6,
+                                                         engine={"engine_ttft_mean_ms": 60.0})})  # fmt: skip
+    ticket = evaluating_ticket(erin, baseline, candidate, base, cand, beneficiary_tasks=tasks("cs_summary"),
+                               risk_tasks=[])  # fmt: skip
+
+    decision = decisions.decision_make(ticket=ticket)
+
+    assert decision.outcome == "needs_evidence", decision.reasons
+    assert decision.samples_needed == {}
+    verdict = decision.verdicts["cs_summary"]
+    timed = [m for m in verdict["metrics"] if m["metric"].startswith(("ttft", "tpot", "e2e"))]
+    assert timed and {m["status"] for m in timed} == {"inconclusive"}
+    assert all(m["details"]["delivery_ms_candidate"] > 100 for m in timed)
+    assert any("Re-measure on a quiet worker" in reason for reason in decision.reasons)
+    client.force_login(erin)
+    page = client.get(f"/tickets/{ticket.pk}/")
+    assert b"Re-measure on a quiet worker" in page.content
+
+
 def test_each_decision_is_ledgered_and_the_chain_verifies(erin: Any, baseline: Any, candidate: Any) -> None:
     ticket = scenario("restrict", erin, baseline, candidate)
     decision = decisions.decision_make(ticket=ticket)

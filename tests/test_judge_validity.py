@@ -71,6 +71,7 @@ def test_a_candidate_slowed_by_delivery_needs_a_re_measurement_instead_of_a_reje
     assert {m.status for m in timed} == {"inconclusive"} and len(timed) == 3  # objective, tradeable, mechanism
     ttft = next(m for m in timed if m.source == "prefix_cache")
     assert "Re-measure" in ttft.reason and "22.0 ms shift" in ttft.reason
+    assert ttft.test.endswith("set aside: delivery to the client shifted between the runs")
     assert ttft.details["delivery_ms_baseline"] == pytest.approx(3.0)
     assert ttft.details["delivery_ms_candidate"] == pytest.approx(25.0)
     assert "went from 40.0 ms to 52.0 ms" in ttft.details["measured"]

@@ -63,6 +63,7 @@ def _not_comparable(verdict: MetricVerdict, why: str, details: dict[str, float])
     return replace(
         verdict,
         status="inconclusive",
+        test=f"{verdict.test}; set aside: delivery to the client shifted between the runs",
         samples_needed=None,
         reason=f"{label[0].upper()}{label[1:]} is not judged: {why}",
         details={**verdict.details, **details, "measured": verdict.reason},
