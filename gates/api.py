@@ -334,7 +334,10 @@ class TicketViewSet(
     @extend_schema(request=None, responses={202: TicketSerializer})
     @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
     def evaluate(self, request: Request, pk: str | None = None) -> Response:
-        """Submit (if a draft) and evaluate on the GPU workers: baseline and candidate runs, then the judge."""
+        """Submit (if a draft) and evaluate on the GPU workers: baseline and candidate runs, then the judge.
+
+        Evaluating a *needs evidence* ticket again measures both backends afresh.
+        """
         from workers.services import evaluation_request
 
         ticket = evaluation_request(ticket=self.get_object(), actor=request.user)

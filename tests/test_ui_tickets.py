@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group
 
+from gates import services
 from gates.forms import PRESETS
 from gates.models import GateDecision, ReleaseTicket, TicketStatus
 from ledger.models import LedgerEntry
@@ -129,6 +130,19 @@ def test_the_owner_submits_and_sees_only_their_actions(
     # Submitting also asks the workers for the evaluation, once the submission has committed.
     assert len(callbacks) == 1
     assert [a["action"] for a in client_for(erin).get(f"/tickets/{draft.pk}/").context["actions"]] == ["evaluate"]
+
+
+def test_a_needs_evidence_ticket_offers_the_owner_a_fresh_evaluation(
+    draft: ReleaseTicket, erin: Any, rita: Any
+) -> None:
+    services.ticket_submit(ticket=draft, actor=erin)
+    services.ticket_transition(ticket=draft, action="start_evaluation", actor=None)
+    services.ticket_transition(ticket=draft, action="finish_evaluation", actor=None)
+    services.ticket_transition(ticket=draft, action="request_evidence", actor=rita, reason="too few samples")
+    page = client_for(erin).get(f"/tickets/{draft.pk}/")
+    evaluate = next(a for a in page.context["actions"] if a["action"] == "evaluate")
+    assert evaluate["label"] == "Evaluate again"
+    assert b"the runs this ticket was judged on are not reused" in page.content
 
 
 def test_an_illegal_transition_answers_409(draft: ReleaseTicket, erin: Any) -> None:

@@ -155,6 +155,10 @@ def _action_forms(
                 {
                     "action": action,
                     "label": "Evaluate again" if ticket.status != TicketStatus.SUBMITTED else "Evaluate",
+                    "help": "Measures the baseline and the candidate again, side by side: the runs this ticket "
+                    "was judged on are not reused."
+                    if ticket.status == TicketStatus.NEEDS_EVIDENCE
+                    else "",
                     "codes": [],
                     "reason_required": False,
                     "form": None,
