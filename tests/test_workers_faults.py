@@ -313,13 +313,17 @@ def test_a_needs_evidence_ticket_evaluated_again_is_measured_afresh_by_the_worke
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_diagnose(workers)}") from None
     ticket.refresh_from_db()
-    fresh = [ticket.baseline_run, ticket.candidate_run]
-    assert {run.pk for run in fresh if run}.isdisjoint({run.pk for run in old})
+    assert ticket.baseline_run_id is not None and ticket.candidate_run_id is not None
+    fresh = [
+        EvaluationRun.objects.get(pk=ticket.baseline_run_id),
+        EvaluationRun.objects.get(pk=ticket.candidate_run_id),
+    ]
+    assert {run.pk for run in fresh}.isdisjoint({run.pk for run in old})
     for run in fresh:
-        assert run is not None and run.status == RunStatus.SUCCEEDED, run and run.error
+        assert run.status == RunStatus.SUCCEEDED, run.error
         assert TaskResult.objects.filter(run=run).count() == 1  # measured for real this time
     latest = judged_twice.first()
-    assert latest is not None and (latest.baseline_run_id, latest.candidate_run_id) == tuple(r.pk for r in fresh if r)
+    assert latest is not None and (latest.baseline_run_id, latest.candidate_run_id) == (fresh[0].pk, fresh[1].pk)
     entry = LedgerEntry.objects.filter(kind="ticket.evaluation_requested", subject_id=str(ticket.pk)).first()
     assert entry is not None and entry.payload["judged_before"] == sorted(run.pk for run in old)
     assert ledger_verify().ok

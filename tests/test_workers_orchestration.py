@@ -145,6 +145,7 @@ def test_evaluating_a_needs_evidence_ticket_again_measures_both_backends_afresh(
     from tests.conftest import ticket_fields
 
     ticket = _judged_needs_evidence(draft, erin)
+    assert ticket.baseline_run_id is not None and ticket.candidate_run_id is not None
     old = (ticket.baseline_run_id, ticket.candidate_run_id)
     sent["run"].reset_mock()
 
@@ -153,6 +154,7 @@ def test_evaluating_a_needs_evidence_ticket_again_measures_both_backends_afresh(
         again = services.ticket_evaluate(ticket_id=ticket.pk)
 
     assert again is not None and again.status == TicketStatus.EVALUATING
+    assert again.baseline_run_id is not None and again.candidate_run_id is not None
     new = (again.baseline_run_id, again.candidate_run_id)
     assert not set(new) & set(old), "the judged runs were reused instead of measured again"
     assert sorted(call.kwargs["task_id"] for call in sent["run"].call_args_list) == sorted(
