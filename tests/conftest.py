@@ -180,8 +180,9 @@ def assert_prefix_cache_judged(outcome: str, verdicts: dict[str, Any]) -> None:
 
     Greedy decoding over the same weights gives the same answers, and the suites are sized for the
     policy's margins, so quality always settles. TTFT is measured on a shared two-core machine:
-    when a neighbour's load hides the prefill saving, the only open questions allowed are timing
-    objectives, and then the outcome is *needs evidence*, never a rejection.
+    when a neighbour's load hides the prefill saving, or holds responses up between the engine and
+    the client, the only open questions allowed are timing metrics, and then the outcome is *needs
+    evidence*, never a rejection.
     """
     metrics = [m for verdict in verdicts.values() for m in verdict["metrics"]]
     guardrails = {m["task"]: m["status"] for m in metrics if m["kind"] == "guardrail"}
@@ -190,7 +191,9 @@ def assert_prefix_cache_judged(outcome: str, verdicts: dict[str, Any]) -> None:
     open_questions = [m for m in metrics if m["status"] != "pass"]
     for metric in open_questions:
         assert metric["status"] == "inconclusive" and metric["metric"].startswith(TIMING_METRICS), metric
-    assert outcome == ("needs_evidence" if open_questions else "approve"), (outcome, open_questions)
+    # Tradeable metrics are reported only: set aside as not comparable, they leave the outcome alone.
+    deciding = [m for m in open_questions if m["kind"] != "tradeable"]
+    assert outcome == ("needs_evidence" if deciding else "approve"), (outcome, open_questions)
 
 
 @pytest.fixture
