@@ -155,7 +155,7 @@ def _action_forms(
                 {
                     "action": action,
                     "label": "Evaluate again" if ticket.status != TicketStatus.SUBMITTED else "Evaluate",
-                    "help": "Measures the baseline and the candidate again, side by side: the runs this ticket "
+                    "help": "Measures the baseline and the candidate again, one after the other: the runs this ticket "
                     "was judged on are not reused."
                     if ticket.status == TicketStatus.NEEDS_EVIDENCE
                     else "",
