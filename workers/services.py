@@ -105,8 +105,8 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
 
     A finished or in-flight run with the same reuse key is reused (the ledger entry names it),
     except a run this ticket's decisions already judged: evaluating a ticket again (after
-    *needs evidence*) measures both backends afresh, close together in time. New runs are enqueued on the
-    ``gpu`` queue after commit. Returns None when the ticket is gone.
+    *needs evidence*) measures both backends afresh, close together in time. New runs are
+    enqueued on the ``gpu`` queue after commit. Returns None when the ticket is gone.
     """
     ticket = ReleaseTicket.objects.filter(pk=ticket_id).first()
     if ticket is None:

@@ -21,29 +21,34 @@ from gates.judge.records import MetricVerdict, RunTaskEvidence, TaskEvidence
 CLIENT_TIMED = ("latency", "throughput", "goodput")
 
 
-def client_ttft_mean_ms(run: RunTaskEvidence) -> float | None:
-    values = sample_values(run.ttft_ms)
-    return sum(float(v) for v in values) / len(values) if values else None
+def ttft_means_ms(run: RunTaskEvidence) -> tuple[float, float] | None:
+    """(client, engine) mean TTFT over the same requests; None when either is unknown."""
+    engine, client = run.engine.get("engine_ttft_mean_ms"), sample_values(run.ttft_ms)
+    if engine is None or not client:
+        return None
+    return sum(float(v) for v in client) / len(client), engine
 
 
 def delivery_ms(run: RunTaskEvidence) -> float | None:
     """Mean client TTFT minus the engine's mean TTFT over the same requests; None if unknown."""
-    engine, client = run.engine.get("engine_ttft_mean_ms"), client_ttft_mean_ms(run)
-    return None if engine is None or client is None else client - engine
+    means = ttft_means_ms(run)
+    return None if means is None else means[0] - means[1]
 
 
 def judge_comparability(
     verdicts: Sequence[MetricVerdict], ev: TaskEvidence, max_shift_ms: float
 ) -> list[MetricVerdict]:
     """The verdicts, with client-timed ones made inconclusive when delivery shifted between runs."""
-    base, cand = delivery_ms(ev.base), delivery_ms(ev.cand)
-    if base is None or cand is None or abs(cand - base) <= max_shift_ms:
+    base_means, cand_means = ttft_means_ms(ev.base), ttft_means_ms(ev.cand)
+    if base_means is None or cand_means is None:
         return list(verdicts)
-    client = [client_ttft_mean_ms(r) or 0.0 for r in (ev.base, ev.cand)]
-    engine = [r.engine["engine_ttft_mean_ms"] for r in (ev.base, ev.cand)]
+    (base_client, base_engine), (cand_client, cand_engine) = base_means, cand_means
+    base, cand = base_client - base_engine, cand_client - cand_engine
+    if abs(cand - base) <= max_shift_ms:
+        return list(verdicts)
     why = (
-        f"the load client saw mean TTFT {client[0]:.1f} → {client[1]:.1f} ms while the engine measured "
-        f"{engine[0]:.1f} → {engine[1]:.1f} ms, so delivery to the client took {base:.1f} ms in the baseline "
+        f"the load client saw mean TTFT {base_client:.1f} → {cand_client:.1f} ms while the engine measured "
+        f"{base_engine:.1f} → {cand_engine:.1f} ms, so delivery to the client took {base:.1f} ms in the baseline "
         f"run and {cand:.1f} ms in the candidate's, a {abs(cand - base):.1f} ms shift beyond the policy's "
         f"{max_shift_ms:g} ms: the runs' client-side timings are not comparable. Re-measure on a quiet "
         "worker (more samples will not help); if the shift repeats, the API server or the client is the "
