@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-fast lint bootstrap
+.PHONY: demo test test-fast lint bootstrap kit
 
 ## demo: set everything up on embedded defaults and run the main job (SQLite, no broker server, vLLM on CPU)
 demo: bootstrap
@@ -15,6 +15,10 @@ test: bootstrap
 ## test-fast: the suite without the slow real-engine, worker and browser tests
 test-fast: bootstrap
 	$(PY) -m pytest -m "not engine and not worker and not browser"
+
+## kit: retrain the tiny model kit from scratch and say whether it matches the shipped one (kit/)
+kit: bootstrap
+	$(PY) -m evaluators.kit --rebuild
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .

@@ -202,7 +202,9 @@ CELERY_TIMEZONE = "UTC"
 
 # Engine launches: a model path must lie under one of these roots (no traversal, no symlink escape).
 OPTGATE_KIT_DIR = Path(env_str("OPTGATE_KIT_DIR", str(Path.home() / ".cache" / "optgate" / "kit")) or "")
-OPTGATE_MODEL_ROOTS = env_paths("OPTGATE_MODEL_ROOTS", [OPTGATE_KIT_DIR])
+# The tiny model kit committed with the repository (see evaluators/kit/ship.py).
+OPTGATE_SHIPPED_KIT_DIR = BASE_DIR / "kit"
+OPTGATE_MODEL_ROOTS = env_paths("OPTGATE_MODEL_ROOTS", [OPTGATE_SHIPPED_KIT_DIR, OPTGATE_KIT_DIR])
 # Registration also runs vLLM's own argument parser (in a subprocess) when vLLM is installed.
 _vllm_check = (env_str("OPTGATE_VALIDATE_WITH_VLLM", "auto") or "auto").lower()
 if _vllm_check not in {"auto", "on", "off"}:

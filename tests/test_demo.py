@@ -46,6 +46,10 @@ def test_the_demo_decides_its_three_tickets_on_measured_evidence(tmp_path: Path)
     )  # fmt: skip
     assert re.search(r"^ledger: \d+ entries, chain verified$", done.stdout, re.MULTILINE)
     assert "OptGate is running at http://127.0.0.1:" in done.stdout
+    # The shipped kit, as it is: nothing trained, the same low-bit variant on every CPU.
+    shipped = r"^    kit \w{16} shipped with the repository, .*; low-bit variant: w2g32$"
+    assert re.search(shipped, done.stdout, re.MULTILINE)
+    assert "kit train step" not in output
     for login in ("erin", "rita", "bella", "admin"):
         assert f"sign in as {login}" in done.stdout
 

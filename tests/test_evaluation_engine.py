@@ -50,7 +50,7 @@ def kit() -> Kit:
 
 def _launch(kit: Kit, variant: str, name: str, engine_args: dict[str, Any], logs: Path) -> EngineHandle:
     return launch_engine(model_path=kit.path(variant), served_model_name=name, engine_args=engine_args,
-                         log_path=logs / f"{name}.log", model_roots=[kit.root.parent])  # fmt: skip
+                         log_path=logs / f"{name}.log", model_roots=[kit.root])  # fmt: skip
 
 
 def _evaluate(engine: EngineHandle, tasks: list[str]) -> dict[str, pipeline.TaskOutcome]:
@@ -151,7 +151,7 @@ def test_ngram_speculative_decoding_reports_acceptance_counters(ngram: dict[str,
 def test_a_run_through_the_services_stores_evidence_in_attach_mode(
     kit: Kit, base_engine: EngineHandle, settings: Any, capsys: Any
 ) -> None:
-    settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
+    settings.OPTGATE_MODEL_ROOTS = [kit.root]
     backend, _ = backend_register(actor=None, name="kit-base", model_id="optgate/kit-base",
                                   model_path=str(kit.path(BASE)), model_revision=kit.revision(BASE),
                                   engine_version="0.32.0", hardware_class="cpu", engine_args=NO_PREFIX)  # fmt: skip
@@ -219,7 +219,7 @@ def _judged(
 def test_a_low_bit_candidate_is_restricted_or_rejected_naming_each_regressed_task(
     kit: Kit, base: dict[str, pipeline.TaskOutcome], low_bit: dict[str, pipeline.TaskOutcome], settings: Any
 ) -> None:
-    settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
+    settings.OPTGATE_MODEL_ROOTS = [kit.root]
     common: dict[str, Any] = {"model_id": "optgate/kit", "engine_version": "0.32.0", "hardware_class": "cpu",
                               "engine_args": NO_PREFIX}  # fmt: skip
     bf16, _ = backend_register(actor=None, name="kit-bf16", model_path=str(kit.path(BASE)),
@@ -250,7 +250,7 @@ def test_prefix_caching_passes_every_quality_guardrail_and_is_approved_unless_ti
 ) -> None:
     # The suites are large enough for the default policy: 100 knowledge_qa samples settle its
     # 5-point margin and 200 compliance_qa samples its 2-point margin when no answer changes.
-    settings.OPTGATE_MODEL_ROOTS = [kit.root.parent]
+    settings.OPTGATE_MODEL_ROOTS = [kit.root]
     common: dict[str, Any] = {"model_id": "optgate/kit", "model_path": str(kit.path(BASE)),
                               "model_revision": kit.revision(BASE), "engine_version": "0.32.0",
                               "hardware_class": "cpu"}  # fmt: skip

@@ -1,7 +1,7 @@
-"""The tiny model kit: content hash, tokenizer contract, weight rounding, atomic cached builds.
+"""The tiny model kit: content hash, tokenizer contract, weight rounding, training, the shipped kit.
 
 Unit tests build a deliberately tiny kit (one layer, a handful of steps) on synthetic data in a
-temporary cache; only the ``engine``-marked test builds (or reuses) the real kit on the suites.
+temporary cache; the real kit is the one shipped under ``kit/``, checked here without training.
 """
 
 from __future__ import annotations
@@ -16,10 +16,26 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from evaluators.kit import BASE, KitParams, QuantSpec, TrainParams, ensure_kit, kit_hash  # noqa: E402
-from evaluators.kit.build import HOLD_TOLERANCE, MIN_DROP, sha256_file  # noqa: E402
+from evaluators.kit.build import (  # noqa: E402
+    HOLD_TOLERANCE,
+    MIN_DROP,
+    SHIPPED_DIR,
+    KitIntegrityError,
+    read_manifest,
+    sha256_file,
+)
+from evaluators.kit.data import load_examples  # noqa: E402
+from evaluators.kit.evaluate import exact_match, greedy_outputs  # noqa: E402
 from evaluators.kit.quantize import fake_quantize, quantize_model_  # noqa: E402
-from evaluators.kit.tokenizer import CHAT_TEMPLATE, encode_example, render_prompt, train_tokenizer  # noqa: E402
-from evaluators.kit.train import make_model  # noqa: E402
+from evaluators.kit.ship import compare_with_shipped, ship_kit  # noqa: E402
+from evaluators.kit.tokenizer import (  # noqa: E402
+    CHAT_TEMPLATE,
+    encode_example,
+    render_prompt,
+    train_tokenizer,
+    training_texts,
+)
+from evaluators.kit.train import make_model, seed_everything, train_model  # noqa: E402
 
 CITIES = ["Berlin", "Lyon", "Porto", "Oslo", "Dublin"]
 TINY_TRAIN = TrainParams(
@@ -219,40 +235,189 @@ def test_a_damaged_kit_is_rebuilt(tmp_path: Path) -> None:
     assert rebuilt.accuracy() is None  # evaluate=False measures nothing
 
 
+def test_a_damaged_kit_with_an_extra_file_is_rebuilt(tmp_path: Path) -> None:
+    files = write_synthetic_suites(tmp_path / "suites")
+    params = KitParams(train=TINY_TRAIN, variants=(QuantSpec(4, 32),), evaluate=False)
+    kit = ensure_kit(cache_root=tmp_path / "cache", params=params, data_files=files)
+    stray = kit.path("w4g32") / "quantize_config.json"  # would change what vLLM serves
+    stray.write_text("{}")
+    rebuilt = ensure_kit(cache_root=tmp_path / "cache", params=params, data_files=files)
+    assert not (rebuilt.path("w4g32") / "quantize_config.json").exists()
+
+
+# --- training -------------------------------------------------------------------------------------
+
+
+def test_a_short_training_run_learns_the_answers(tmp_path: Path) -> None:
+    """150 steps on two templated tasks: from no exact answer to nearly all of them."""
+    examples = load_examples(write_synthetic_suites(tmp_path, rows=8))
+    pairs = [(example.prompt, example.target) for example in examples]
+    vocabulary = train_tokenizer(training_texts(pairs), vocab_size=320, model_max_length=256)
+
+    def accuracy(model) -> float:
+        outputs = greedy_outputs(model, vocabulary, examples)
+        return sum(exact_match(example, output) for example, output in zip(examples, outputs, strict=True)) / len(
+            examples
+        )
+
+    seed_everything(0)
+    assert accuracy(make_model(TINY_TRAIN, vocabulary)) == 0.0
+    trained, report = train_model(
+        pairs,
+        vocabulary,
+        TrainParams(**{**TINY_TRAIN.as_dict(), "steps": 150, "batch_size": 8}),
+        groups=[example.task for example in examples],
+    )
+    assert report.loss_curve[-1][1] < report.loss_curve[0][1] / 10
+    assert accuracy(trained) >= 0.9
+
+
+# --- the shipped kit ------------------------------------------------------------------------------
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("the kit must not be trained here")
+
+
+@pytest.fixture
+def shipped_tiny_kit(tiny_kit, tmp_path: Path):
+    """The tiny kit shipped into a folder of its own, as ``make kit --ship`` ships the real one."""
+    kit, _root, files = tiny_kit
+    return ship_kit(kit, tmp_path / "kit"), files
+
+
+def test_a_shipped_kit_keeps_the_low_bit_variant_and_the_mildest_rounding(shipped_tiny_kit) -> None:
+    shipped, _files = shipped_tiny_kit
+    assert set(shipped.variants) == {BASE, "w2g32", "w4g32"}
+    assert read_manifest(shipped.root) == shipped.manifest
+    for name in shipped.variants:
+        assert shipped.manifest["variants"][name]["files"]["model.safetensors"] == shipped.revision(name)
+
+
+def test_the_shipped_kit_is_served_as_it_is_without_training(
+    shipped_tiny_kit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped, files = shipped_tiny_kit
+    monkeypatch.setattr("evaluators.kit.build.build_kit_into", _no_training)
+    kit = ensure_kit(cache_root=tmp_path / "empty-cache", params=TINY, data_files=files, shipped_dir=shipped.root)
+    assert kit.root == shipped.root and kit.degraded == "w2g32"
+    assert not (tmp_path / "empty-cache").exists()
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda folder: (folder / "model.safetensors").write_bytes(b"rounded differently"), id="weights"),
+        pytest.param(lambda folder: (folder / "tokenizer.json").unlink(), id="missing-tokenizer"),
+        pytest.param(lambda folder: (folder / "quantize_config.json").write_text("{}"), id="extra-file"),
+    ],
+)
+def test_a_tampered_shipped_kit_is_refused_naming_the_file_and_its_hash(
+    shipped_tiny_kit, tamper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped, files = shipped_tiny_kit
+    folder = shipped.path("w2g32")
+    expected = shipped.manifest["variants"]["w2g32"]["files"]
+    tamper(folder)
+    monkeypatch.setattr("evaluators.kit.build.build_kit_into", _no_training)
+    with pytest.raises(KitIntegrityError) as refused:
+        ensure_kit(cache_root=tmp_path / "cache", params=TINY, data_files=files, shipped_dir=shipped.root)
+    message = str(refused.value)
+    assert "not used" in message and "make kit" in message
+    changed = [
+        name for name in expected if not (folder / name).exists() or sha256_file(folder / name) != expected[name]
+    ]
+    changed += [path.name for path in folder.iterdir() if path.name not in expected]
+    assert len(changed) == 1
+    assert str(folder / changed[0]) in message
+    assert (expected.get(changed[0]) or sha256_file(folder / changed[0])) in message
+
+
+def test_a_shipped_kit_built_from_other_inputs_gives_way_to_a_build(
+    shipped_tiny_kit, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    shipped, shared_files = shipped_tiny_kit
+    files = []
+    for source in shared_files:  # copies: the module's other tests keep the shipped inputs
+        (tmp_path / source.parent.name).mkdir()
+        files.append(tmp_path / source.parent.name / source.name)
+        files[-1].write_bytes(source.read_bytes())
+    with files[0].open("a") as handle:  # a new training row: the shipped weights no longer fit this tree
+        handle.write(json.dumps({"id": "extra", "prompt": "Question: customers in 'Rome'?", "target": "SELECT 1;"}))
+    with caplog.at_level("INFO", logger="evaluators.kit.build"):
+        kit = ensure_kit(cache_root=tmp_path / "cache", params=TINY, data_files=files, shipped_dir=shipped.root)
+    assert kit.root.parent == tmp_path / "cache" and kit.hash != shipped.hash
+    assert "data/synth_sql/samples.jsonl" in caplog.text
+
+
+def test_a_rebuild_on_the_same_machine_reproduces_the_shipped_kit(shipped_tiny_kit, tmp_path: Path) -> None:
+    shipped, files = shipped_tiny_kit
+    rebuilt = ensure_kit(force=True, cache_root=tmp_path / "cache", params=TINY, data_files=files)
+    comparison = compare_with_shipped(rebuilt, shipped.manifest)
+    assert comparison.identical and comparison.equivalent, comparison.lines
+    assert "bit for bit" in comparison.verdict
+
+
+def test_a_rebuild_with_other_accuracies_is_reported_as_different(shipped_tiny_kit, tmp_path: Path) -> None:
+    shipped, files = shipped_tiny_kit
+    rebuilt = ensure_kit(force=True, cache_root=tmp_path / "cache", params=TINY, data_files=files)
+    manifest = json.loads(json.dumps(shipped.manifest))
+    manifest["variants"]["w2g32"]["accuracy"]["per_task"]["synth_sql"]["accuracy"] += 0.5
+    manifest["variants"]["w2g32"]["files"]["model.safetensors"] = "0" * 64
+    comparison = compare_with_shipped(rebuilt, manifest)
+    assert not comparison.identical and not comparison.equivalent
+    assert any(line.startswith("w2g32: different weights; synth_sql") for line in comparison.lines), comparison.lines
+
+
 # --- the real kit ---------------------------------------------------------------------------------
 
 
-@pytest.mark.engine
-def test_the_real_kit_is_accurate_and_its_low_bit_variant_breaks_a_risk_task() -> None:
-    """Builds (minutes) or reuses the kit trained on the committed suites."""
+# The low-bit variant the demo, the README and the engine tests name: the same on every CPU,
+# because the kit is shipped rather than trained on each machine.
+SHIPPED_LOW_BIT = "w2g32"
+
+
+def test_a_fresh_checkout_uses_the_shipped_kit_without_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evaluators.kit.build import differing_inputs, hash_inputs
+    from evaluators.kit.data import discover_data_files
+
+    changed = differing_inputs(
+        read_manifest(SHIPPED_DIR)["hash_inputs"], hash_inputs(discover_data_files(), KitParams())
+    )
+    assert not changed, f"the shipped kit no longer fits this tree ({changed}): retrain and ship it (make kit, --ship)"
+    monkeypatch.setattr("evaluators.kit.build.build_kit_into", _no_training)
+    kit = ensure_kit(cache_root=tmp_path / "empty-cache")
+    assert kit.root == SHIPPED_DIR
+    assert kit.degraded == SHIPPED_LOW_BIT and set(kit.variants) == {BASE, SHIPPED_LOW_BIT, "w4g32"}
+    assert not (tmp_path / "empty-cache").exists()
+
+
+def test_the_shipped_kit_is_accurate_and_its_low_bit_variant_breaks_a_risk_task_unevenly() -> None:
+    """What DEMO.md needs of the kit, read from the shipped manifest (measured on every suite row)."""
     kit = ensure_kit()
+    assert kit.manifest["params"]["eval_per_task"] is None  # measured on every row, not a sample
     base = kit.manifest["variants"][BASE]["accuracy"]
-    assert base["overall"] >= 0.8, base
+    assert base["overall"] >= 0.95, base
     tasks = list(base["per_task"])
+    assert len(tasks) == 6
 
     def drops(variant: str) -> dict[str, float]:
         return {task: (kit.accuracy(BASE, task) or 0.0) - (kit.accuracy(variant, task) or 0.0) for task in tasks}
 
-    # DEMO.md: the low-bit candidate really breaks some tasks and not others.
-    lost = drops(kit.degraded)
-    assert max(lost.values()) >= MIN_DROP and min(lost.values()) <= HOLD_TOLERANCE, (kit.degraded, lost)
-    # It breaks SQL or tool calling when some rounding does so unevenly; training differs between
-    # CPUs (vector units round differently), so on some machines none does and the build says so.
-    must_break = KitParams().must_break
-    by_variant = {name: drops(name) for name in kit.variants if name != BASE}
-    uneven = []
-    for name, variant_drops in by_variant.items():
-        tasks_lost = {t for t in must_break if variant_drops[t] >= MIN_DROP}
-        if tasks_lost and any(variant_drops[t] <= HOLD_TOLERANCE for t in tasks if t not in tasks_lost):
-            uneven.append(name)
-    if uneven:
-        assert max(lost[task] for task in must_break) >= MIN_DROP, (kit.degraded, lost, uneven)
-    else:
-        assert "fell back" in kit.manifest["degraded_reason"], kit.manifest["degraded_reason"]
-    lossless = [name for name in kit.variants if name.startswith("w4")]
-    lossless_accuracy, base_accuracy = kit.accuracy(lossless[0]) if lossless else None, kit.accuracy()
-    assert lossless_accuracy is not None and base_accuracy is not None
-    assert lossless_accuracy >= base_accuracy - 0.05
+    lost = drops(SHIPPED_LOW_BIT)
+    broken = {task for task in KitParams().must_break if lost[task] >= MIN_DROP}
+    held = {task for task in tasks if lost[task] <= HOLD_TOLERANCE}
+    assert broken and held - broken, lost  # breaks SQL or tool calling, while other tasks hold
+    assert lost["cs_summary"] >= MIN_DROP  # the demo's beneficiary breaks too: the ticket is rejected
+    assert max(drops("w4g32").values()) <= HOLD_TOLERANCE  # the mildest rounding is lossless
+    # The manifest keeps the measured rejects so the choice can be checked: every milder rounding
+    # that was not shipped broke nothing unevenly.
+    milder = [name for name, info in kit.manifest["not_shipped"].items() if info["quantization"]["bits"] > 2]
+    for name in milder:
+        per_task = kit.manifest["not_shipped"][name]["accuracy"]["per_task"]
+        assert all(base["per_task"][t]["accuracy"] - per_task[t]["accuracy"] < MIN_DROP for t in tasks), name
 
 
 def _measured(**per_task: float) -> dict[str, object]:
@@ -329,3 +494,48 @@ def test_training_flushes_subnormal_floats_and_restores_the_setting() -> None:
         assert product() == 0.0
         raise RuntimeError("a failing step")
     assert product() > 0
+
+
+def test_a_nested_flush_leaves_the_setting_to_the_outermost() -> None:
+    from evaluators.kit.train import denormals_flushed
+
+    def product() -> float:
+        return float(torch.tensor([1e-30]) * torch.tensor([1e-10]))
+
+    with denormals_flushed():
+        with denormals_flushed():
+            pass
+        assert product() == 0.0  # the inner exit did not turn flushing off mid-build
+    assert product() > 0
+
+
+_FLUSH_PROBE = """
+import torch
+from evaluators.kit.train import denormals_flushed
+torch.set_num_threads(2)
+if {threads_first}:
+    torch.ones(1 << 20) * 2  # starts torch's worker threads before flushing is turned on
+with denormals_flushed() as every_thread_flushes:
+    print(every_thread_flushes, int(((torch.full((1 << 20,), 1e-30) * 1e-10) != 0).sum()))
+"""
+
+
+@pytest.mark.parametrize("threads_first", [False, True])
+def test_flushing_reaches_every_thread_only_when_it_starts_before_them(threads_first: bool) -> None:
+    """What the kit build relies on by flushing before any tensor work: threads inherit the setting."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FLUSH_PROBE.format(threads_first=threads_first)],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    reported, subnormals_left = done.stdout.split()
+    assert reported == str(not threads_first)
+    assert (int(subnormals_left) > 0) is threads_first

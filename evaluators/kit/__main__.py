@@ -1,4 +1,10 @@
-"""``python -m evaluators.kit build [--force] [--json]``: build or reuse the kit and describe it."""
+"""``python -m evaluators.kit [--rebuild [--ship]] [--json]``: the kit in use, or a rebuild compared with it.
+
+Without options it describes the kit :func:`ensure_kit` hands out (the shipped one on a fresh
+checkout; nothing is trained). ``--rebuild`` trains a kit from scratch into the cache and says
+whether it matches the shipped manifest (exit 0) or not (exit 1); ``--ship`` then makes the
+rebuild the shipped kit under ``kit/``.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,18 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from .build import Kit, ensure_kit
+from .build import SHIPPED_DIR, Kit, ensure_kit, read_manifest
+from .ship import compare_with_shipped, ship_kit
 
 
 def describe(kit: Kit) -> str:
     """Human-readable summary: where each variant lives and how accurate it measured."""
     manifest = kit.manifest
+    origin = "shipped with the repository" if kit.root == SHIPPED_DIR else "built on this machine"
     lines = [
-        f"kit {kit.hash[:16]} at {kit.root}",
+        f"kit {kit.hash[:16]} at {kit.root} ({origin})",
         f"  built in {manifest['build_seconds']}s, training loss {manifest['training']['final_loss']}, "
-        f"degraded variant: {kit.degraded}",
+        f"low-bit variant: {kit.degraded} ({manifest['degraded_reason']})",
     ]
     for name, path in kit.variants.items():
         accuracy = manifest["variants"][name].get("accuracy")
@@ -30,15 +38,32 @@ def describe(kit: Kit) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluators.kit", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    build = sub.add_parser("build", help="build the kit unless a valid one for this tree is cached")
-    build.add_argument("--force", action="store_true", help="rebuild even when a valid kit exists")
-    build.add_argument("--json", action="store_true", help="print the manifest as JSON instead of a summary")
+    parser.add_argument("--rebuild", action="store_true", help="train a kit from scratch and compare it")
+    parser.add_argument("--ship", action="store_true", help="with --rebuild: replace the shipped kit with the rebuild")
+    parser.add_argument("--json", action="store_true", help="print the manifest as JSON instead of a summary")
     args = parser.parse_args(argv)
+    if args.ship and not args.rebuild:
+        parser.error("--ship needs --rebuild")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    kit = ensure_kit(force=args.force)
+    kit = ensure_kit(force=args.rebuild)
     print(json.dumps({"root": str(kit.root), **kit.manifest}, indent=2) if args.json else describe(kit))
-    return 0
+    if not args.rebuild:
+        return 0
+    shipped = read_manifest(SHIPPED_DIR)
+    status = 0
+    if shipped is None:
+        print(f"no shipped kit in {SHIPPED_DIR} to compare with")
+    else:
+        comparison = compare_with_shipped(kit, shipped)
+        print("\ncompared with the shipped kit:")
+        print("\n".join(f"  {line}" for line in comparison.lines))
+        print(comparison.verdict)
+        status = 0 if comparison.equivalent else 1
+    if args.ship:
+        shipped_kit = ship_kit(kit, SHIPPED_DIR)
+        print(f"shipped {', '.join(shipped_kit.variants)} to {SHIPPED_DIR}")
+        status = 0
+    return status
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
-"""Build the tiny model kit once per content hash, atomically, and hand back a :class:`Kit`.
+"""Find the tiny model kit (shipped, cached or built once per content hash) and hand back a :class:`Kit`.
 
-Cache layout (``$OPTGATE_KIT_DIR``, default ``~/.cache/optgate/kit``)::
+The repository ships one trained kit under ``kit/`` (see :mod:`evaluators.kit.ship`); it is used
+as it is whenever its content hash matches this tree and its files verify, so a fresh machine
+trains nothing. Otherwise kits are built into a cache (``$OPTGATE_KIT_DIR``, default
+``~/.cache/optgate/kit``)::
 
     <hash16>/manifest.json        written last: its presence marks a complete kit
     <hash16>/base/                trained model + tokenizer (a complete HF model dir vLLM serves)
     <hash16>/w4g32/ …             rounded-weight variants, each a complete model dir too
 
-The hash covers the kit's source files, the training data files, the hyperparameters and the
-torch/transformers major versions, so any change to what shapes the weights builds a new kit and
-an unchanged tree reuses the old one.
+The hash covers the modules that shape the weights (``WEIGHT_SOURCES``), the training data
+files, the hyperparameters and the torch/transformers major versions, so any change to what
+shapes the weights builds a new kit and an unchanged tree reuses the old one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +41,14 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 WEIGHTS_FILE = "model.safetensors"
 BASE = "base"
-HASH_RECIPE_VERSION = 1  # bump when the hash inputs themselves change shape
+HASH_RECIPE_VERSION = 2  # bump when the hash inputs themselves change shape
 KIT_SOURCES_DIR = Path(__file__).resolve().parent
+# The kit committed with the repository (``make kit`` rebuilds and compares it); absent when
+# OptGate is installed from a wheel, which then builds its own.
+SHIPPED_DIR = KIT_SOURCES_DIR.parents[1] / "kit"
+# The modules whose code shapes the weights. The rest of the package (this builder's bookkeeping,
+# the accuracy check, the CLI) can change without invalidating the shipped kit.
+WEIGHT_SOURCES = ("data.py", "tokenizer.py", "train.py", "quantize.py")
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class KitParams:
     # so either counts.
     must_break: tuple[str, ...] = ("dataagent_nl2sql", "tool_calling")
     evaluate: bool = True
-    eval_per_task: int | None = 30  # first N rows of each task are scored (None: all); keeps builds short
+    eval_per_task: int | None = None  # first N rows of each task are scored (None: all)
 
     def __post_init__(self) -> None:
         names = [spec.name for spec in self.variants]
@@ -183,46 +193,83 @@ def hash_inputs(data_files: Sequence[Path], params: KitParams) -> dict[str, Any]
     Data files are keyed by ``<task>/<file>`` (not absolute paths) so a checkout's location does
     not matter; only major versions of torch/transformers count, so a patch upgrade reuses the kit.
     """
-    import torch
-    import transformers
-
-    sources = {
-        path.relative_to(KIT_SOURCES_DIR).as_posix(): sha256_file(path)
-        for path in sorted(KIT_SOURCES_DIR.rglob("*.py"))
-    }
+    sources = {name: sha256_file(KIT_SOURCES_DIR / name) for name in WEIGHT_SOURCES}
     data = {f"{path.parent.name}/{path.name}": sha256_file(path) for path in sorted(data_files)}
     return {
         "recipe": HASH_RECIPE_VERSION,
         "sources": sources,
         "data": data,
         "params": params.as_dict(),
-        "versions": {"torch": _major(torch.__version__), "transformers": _major(transformers.__version__)},
+        # Read from the installed metadata: importing torch only to hash its version costs seconds.
+        "versions": {
+            "torch": _major(metadata.version("torch")),
+            "transformers": _major(metadata.version("transformers")),
+        },
     }
 
 
-def kit_hash(data_files: Sequence[Path], params: KitParams) -> str:
-    """sha256 over the canonical JSON of :func:`hash_inputs`."""
-    canonical = json.dumps(hash_inputs(data_files, params), sort_keys=True, separators=(",", ":"))
+def digest_of(inputs: dict[str, Any]) -> str:
+    """sha256 over the canonical JSON of a :func:`hash_inputs` result."""
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def load_kit(kit_dir: Path, expected_hash: str | None = None) -> Kit | None:
-    """A complete, intact kit at ``kit_dir``, or ``None`` (missing manifest, wrong hash, bad weights)."""
-    manifest_path = kit_dir / MANIFEST
-    if not manifest_path.is_file():
-        return None
+def kit_hash(data_files: Sequence[Path], params: KitParams) -> str:
+    """The kit's content hash: what names its cache folder and what a shipped kit must match."""
+    return digest_of(hash_inputs(data_files, params))
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file directly in ``folder``, by name."""
+    return {path.name: sha256_file(path) for path in sorted(folder.iterdir()) if path.is_file()}
+
+
+def kit_file_problems(kit_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """What differs between the files under ``kit_dir`` and the hashes its manifest records.
+
+    Every variant folder must hold exactly the files the manifest lists, each with its recorded
+    sha256: an added file (a stray ``quantize_config.json``, say) changes what vLLM serves as
+    surely as an edited one. Checksumming a few MB is cheap next to an engine start.
+    """
+    problems = []
+    for name, info in manifest.get("variants", {}).items():
+        folder = kit_dir / info["path"]
+        expected: dict[str, str] = info.get("files") or {}
+        if not expected:
+            problems.append(f"{name}: the manifest lists no file hashes")
+            continue
+        actual = file_hashes(folder) if folder.is_dir() else {}
+        for file_name in sorted(expected.keys() | actual.keys()):
+            path = folder / file_name
+            if file_name not in actual:
+                problems.append(f"{path} is missing (sha256 {expected[file_name]} expected)")
+            elif file_name not in expected:
+                problems.append(f"{path} is not part of the kit (sha256 {actual[file_name]})")
+            elif actual[file_name] != expected[file_name]:
+                problems.append(f"{path} has sha256 {actual[file_name]}, the manifest expects {expected[file_name]}")
+    return problems
+
+
+def read_manifest(kit_dir: Path) -> dict[str, Any] | None:
+    """The kit's manifest, or ``None`` when it is missing or unreadable."""
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = json.loads((kit_dir / MANIFEST).read_text())
     except (OSError, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def load_kit(kit_dir: Path, expected_hash: str | None = None) -> Kit | None:
+    """A complete, intact kit at ``kit_dir``, or ``None`` (missing manifest, wrong hash, altered files)."""
+    manifest = read_manifest(kit_dir)
+    if manifest is None:
         return None
     if expected_hash is not None and manifest.get("hash") != expected_hash:
         return None
-    for info in manifest.get("variants", {}).values():
-        weights = kit_dir / info["path"] / WEIGHTS_FILE
-        # Checksumming a few MB is cheap, and it catches a truncated copy before vLLM does.
-        if not weights.is_file() or sha256_file(weights) != info["sha256"]:
-            log.warning("kit %s: %s is missing or altered; rebuilding", kit_dir, weights)
-            return None
+    problems = kit_file_problems(kit_dir, manifest)
+    if problems:
+        log.warning("kit %s is damaged, rebuilding: %s", kit_dir, "; ".join(problems))
+        return None
     return Kit(root=kit_dir, manifest=manifest)
 
 
@@ -238,25 +285,74 @@ def _build_lock(cache_root: Path, short_hash: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class KitIntegrityError(RuntimeError):
+    """The shipped kit's files do not match its manifest: it is refused, never served."""
+
+
+def differing_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Which hash inputs (``sources/train.py``, ``data/cs_summary/samples.jsonl``, ``params``…) differ."""
+    changed = []
+    for key in sorted(recorded.keys() | current.keys()):
+        old, new = recorded.get(key), current.get(key)
+        if isinstance(old, dict) and isinstance(new, dict) and key != "params":
+            changed += [f"{key}/{name}" for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+        elif old != new:
+            changed.append(key)
+    return changed
+
+
+def shipped_kit(shipped_dir: Path, digest: str, inputs: dict[str, Any]) -> Kit | None:
+    """The kit committed under ``shipped_dir`` when it was built from exactly these inputs.
+
+    ``None`` when nothing is shipped there or it was built from other inputs (the log says which).
+    Raises :class:`KitIntegrityError` when the inputs match but a file does not: an altered model
+    must never be served under the shipped kit's name.
+    """
+    manifest = read_manifest(shipped_dir)
+    if manifest is None:
+        return None
+    if manifest.get("hash") != digest:
+        log.info(
+            "the shipped kit in %s was built from other inputs (%s); using or building a kit for this tree",
+            shipped_dir,
+            ", ".join(differing_inputs(manifest.get("hash_inputs", {}), inputs)) or "hash recipe",
+        )
+        return None
+    problems = kit_file_problems(shipped_dir, manifest)
+    if problems:
+        raise KitIntegrityError(
+            f"the shipped kit in {shipped_dir} does not match its manifest, so it is not used: "
+            + "; ".join(problems)
+            + ". Restore the committed files (git checkout -- kit/) or build a kit from scratch (make kit)."
+        )
+    return Kit(root=shipped_dir, manifest=manifest)
+
+
 def ensure_kit(
     *,
     force: bool = False,
     cache_root: Path | None = None,
     params: KitParams | None = None,
     data_files: Sequence[Path] | None = None,
+    shipped_dir: Path | None = SHIPPED_DIR,
 ) -> Kit:
-    """Return the kit for the current sources, data and params, building it if needed.
+    """Return the kit for the current sources, data and params: shipped, cached or built.
 
-    ``force`` rebuilds even when a valid kit exists. The build happens in a temporary sibling
-    folder renamed into place at the end, so a crash or Ctrl-C never leaves a folder that looks
-    like a finished kit.
+    The kit committed with the repository (``shipped_dir``) is used as it is when it was built
+    from these inputs and its files verify; otherwise a valid kit in ``cache_root`` is reused, and
+    only then is one trained (minutes). ``force`` always trains a new one into the cache. The
+    build happens in a temporary sibling folder renamed into place at the end, so a crash or
+    Ctrl-C never leaves a folder that looks like a finished kit.
     """
     cache_root = cache_root or default_cache_root()
     params = params or KitParams()
     files = list(data_files) if data_files is not None else discover_data_files()
     if not files:
         raise FileNotFoundError("no training data: expected evaluators/suites/*/samples.jsonl")
-    digest = kit_hash(files, params)
+    inputs = hash_inputs(files, params)
+    digest = digest_of(inputs)
+    if not force and shipped_dir is not None and (kit := shipped_kit(shipped_dir, digest, inputs)) is not None:
+        return kit
     final_dir = cache_root / digest[:16]
     if not force and (kit := load_kit(final_dir, digest)) is not None:
         return kit
@@ -267,7 +363,7 @@ def ensure_kit(
         tmp_dir = cache_root / f".tmp-{digest[:16]}-{os.getpid()}"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         try:
-            build_kit_into(tmp_dir, load_examples(files), params, hash_inputs(files, params), digest)
+            build_kit_into(tmp_dir, load_examples(files), params, inputs, digest)
             if final_dir.exists():
                 # Only reached with force or a damaged kit; move it aside first because a
                 # directory cannot be renamed over a non-empty one.
@@ -321,6 +417,29 @@ def build_kit_into(
     out_dir: Path, examples: Sequence[Example], params: KitParams, inputs: dict[str, Any], digest: str
 ) -> dict[str, Any]:
     """Train, save, derive and measure every variant under ``out_dir``; write the manifest last."""
+    import torch
+
+    from .train import denormals_flushed
+
+    started = time.monotonic()
+    # Bounded threads: the build shares small CI boxes with other work; override per machine.
+    torch.set_num_threads(int(os.environ.get("OPTGATE_KIT_THREADS", "0")) or min(4, os.cpu_count() or 1))
+    # Before any tensor work, so that torch's worker threads inherit flush-to-zero (see train.py).
+    with denormals_flushed() as every_thread_flushes:
+        if not every_thread_flushes:
+            log.warning("kit: torch's threads started before subnormals were flushed; training will slow down")
+        return _build_kit_into(out_dir, examples, params, inputs, digest, started, every_thread_flushes)
+
+
+def _build_kit_into(
+    out_dir: Path,
+    examples: Sequence[Example],
+    params: KitParams,
+    inputs: dict[str, Any],
+    digest: str,
+    started: float,
+    every_thread_flushes: bool,
+) -> dict[str, Any]:
     import tokenizers
     import torch
     import transformers
@@ -331,9 +450,6 @@ def build_kit_into(
     from .tokenizer import train_tokenizer, training_texts
     from .train import train_model
 
-    started = time.monotonic()
-    # Bounded threads: the build shares small CI boxes with other work; override per machine.
-    torch.set_num_threads(int(os.environ.get("OPTGATE_KIT_THREADS", "0")) or min(4, os.cpu_count() or 1))
     out_dir.mkdir(parents=True)
     pairs = [(example.prompt, example.target) for example in examples]
     log.info("kit %s: training tokenizer on %d rows", digest[:16], len(pairs))
@@ -374,9 +490,10 @@ def build_kit_into(
     degraded, degraded_reason = choose_degraded(variants, params.variants, params.must_break)
     log.info("kit %s: degraded variant %s (%s)", digest[:16], degraded, degraded_reason)
     for info in variants.values():
-        weights = out_dir / info["path"] / WEIGHTS_FILE
-        info["sha256"] = sha256_file(weights)
+        folder = out_dir / info["path"]
+        info["sha256"] = sha256_file(folder / WEIGHTS_FILE)
         info["weights_file"] = WEIGHTS_FILE
+        info["files"] = {path.name: sha256_file(path) for path in sorted(folder.iterdir()) if path.is_file()}
 
     manifest = {
         "schema": 1,
@@ -392,6 +509,7 @@ def build_kit_into(
             "tokenizers": tokenizers.__version__,
         },
         "threads": torch.get_num_threads(),
+        "denormals_flushed_in_every_thread": every_thread_flushes,
         "model": {
             "architecture": "LlamaForCausalLM",
             "parameters": sum(p.numel() for p in model.parameters()),

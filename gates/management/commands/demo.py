@@ -102,11 +102,13 @@ class Command(BaseCommand):
 
     def register_backends(self) -> dict[str, Backend]:
         from evaluators.kit import BASE, ensure_kit
+        from evaluators.kit.build import SHIPPED_DIR
 
-        self.step("building the tiny model kit (first time: a few minutes on two cores; cached afterwards)")
+        self.step("finding the tiny model kit")
         kit = ensure_kit()
         degraded = kit.degraded
-        self.stdout.write(f"    kit {kit.hash[:16]} at {kit.root}; low-bit variant: {degraded}")
+        origin = "shipped with the repository" if kit.root == SHIPPED_DIR else "built on this machine"
+        self.stdout.write(f"    kit {kit.hash[:16]} {origin}, at {kit.root}; low-bit variant: {degraded}")
         if not any(Path(kit.root).resolve().is_relative_to(Path(p).resolve()) for p in settings.OPTGATE_MODEL_ROOTS):
             raise CommandError(f"the kit at {kit.root} is outside OPTGATE_MODEL_ROOTS")
         self.step("registering the kit's serving configurations as backends")
