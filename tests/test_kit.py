@@ -383,9 +383,9 @@ def test_a_fresh_checkout_uses_the_shipped_kit_without_training(
     from evaluators.kit.build import differing_inputs, hash_inputs
     from evaluators.kit.data import discover_data_files
 
-    changed = differing_inputs(
-        read_manifest(SHIPPED_DIR)["hash_inputs"], hash_inputs(discover_data_files(), KitParams())
-    )
+    shipped = read_manifest(SHIPPED_DIR)
+    assert shipped is not None, f"no kit is shipped in {SHIPPED_DIR}"
+    changed = differing_inputs(shipped["hash_inputs"], hash_inputs(discover_data_files(), KitParams()))
     assert not changed, f"the shipped kit no longer fits this tree ({changed}): retrain and ship it (make kit, --ship)"
     monkeypatch.setattr("evaluators.kit.build.build_kit_into", _no_training)
     kit = ensure_kit(cache_root=tmp_path / "empty-cache")
