@@ -105,6 +105,37 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
+def process_descendants(pid: int) -> dict[int, int]:
+    """Every live descendant of ``pid`` (children, grandchildren…) as ``{pid: process group}``.
+
+    Read from /proc's parent links, so it also finds processes that moved to a session of their
+    own (an engine a worker started); empty where there is no procfs.
+    """
+    parents: dict[int, int] = {}
+    groups: dict[int, int] = {}
+    if not os.path.isdir("/proc/self"):
+        return {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if fields[0] not in ("Z", "X"):
+            parents[int(entry.name)], groups[int(entry.name)] = int(fields[1]), int(fields[2])
+    found: dict[int, int] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = groups[child]
+                frontier.append(child)
+    return found
+
+
 def process_alive(pid: int) -> bool:
     """True while ``pid`` runs. A zombie is dead: where nobody reaps orphans (a container whose
     init does not wait), an exited process keeps its pid and still answers ``kill(pid, 0)``."""

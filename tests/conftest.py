@@ -23,6 +23,9 @@ from gates.tokens import api_token_issue
 from ledger import services as ledger_services
 from ledger.models import Backend
 
+# The demo's session-wide run and the evidence it measured, for the real-engine tests.
+pytest_plugins = ["tests.demo_evidence"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -209,6 +209,7 @@ def test_outsiders_cannot_file_tickets(api_for: ApiFor, olga: Any, backends: tup
     assert response.status_code == 403
 
 
+@pytest.mark.database
 def test_it_filters_tickets(api_for: ApiFor, erin: Any, evan: Any, backends: tuple[str, str], ticket_id: int) -> None:
     other = _ticket_body(
         *backends, title="Prefix caching", mechanisms=["prefix_cache"], beneficiary_tasks=["knowledge_qa"],
@@ -232,6 +233,7 @@ def test_it_filters_tickets(api_for: ApiFor, erin: Any, evan: Any, backends: tup
     assert client.get("/api/v1/tickets/", {"status": "pending"}).status_code == 400
 
 
+@pytest.mark.database
 def test_the_ticket_list_uses_a_fixed_number_of_queries(api_for: ApiFor, erin: Any, backends: tuple[str, str]) -> None:
     client = api_for(erin)
 
@@ -316,6 +318,7 @@ def test_a_failed_create_does_not_burn_the_idempotency_key(
     assert good.status_code == 201
 
 
+@pytest.mark.database
 def test_the_ledger_api_lists_filters_searches_and_verifies(
     api_for: ApiFor, erin: Any, rita: Any, ticket_id: int
 ) -> None:

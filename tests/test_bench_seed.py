@@ -20,7 +20,7 @@ from ledger.models import Backend, LedgerEntry, LedgerHead
 from ledger.selectors import ledger_verify
 from tests.conftest import ticket_fields
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 def seed(*args: str) -> str:

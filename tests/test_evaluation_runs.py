@@ -12,7 +12,7 @@ from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
 from ledger.models import Backend, LedgerEntry
 from optgate.errors import DomainError, InvalidInput
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 def test_it_requests_a_run_with_suite_versions_and_a_ledger_entry(baseline: Backend) -> None:

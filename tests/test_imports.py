@@ -46,7 +46,9 @@ REPO = Path(__file__).resolve().parent.parent
 # --- real files from one engine ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: the tests that use these files fall into different groups of pytest-django's
+# ordering (transactional ones last), and a module fixture would start the engine once per group.
+@pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.engine_fixtures import build_tiny_llama
 
@@ -99,7 +101,7 @@ def _lm_eval(base_url: str, out: Path) -> tuple[Path, Path]:
     return results, samples
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_files(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """Start the engine once, produce the bench and lm-eval files, stop it before any test runs."""
     from evaluators.engine import launch_engine

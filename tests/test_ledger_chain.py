@@ -18,7 +18,7 @@ from ledger.selectors import ledger_entries, ledger_verify
 from ledger.services import ledger_append
 from optgate.errors import DomainError
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 @pytest.fixture

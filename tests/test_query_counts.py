@@ -32,7 +32,7 @@ from ledger.models import Backend
 from tests.conftest import backend_fields, ticket_fields
 from workers.reviews import review_open
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 SMALL, LARGE = 2, 15
 

@@ -214,6 +214,7 @@ def test_the_litellm_export_has_the_router_config_shape(api_for: Any, approved: 
     assert api_for(olga).get("/api/v1/routes/export/?format=xml").status_code == 400
 
 
+@pytest.mark.database
 def test_reading_the_table_costs_the_same_queries_however_long_it_is(
     api_for: Any, approved: ReleaseTicket, erin: Any, olga: Any
 ) -> None:

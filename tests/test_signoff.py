@@ -132,6 +132,7 @@ def test_required_capacities_come_from_settings(settings: Any, erin: Any, rita: 
         signoff.capacities_by_tier()
 
 
+@pytest.mark.database
 def test_a_rejection_becomes_a_searchable_not_adopted_plan(erin: Any, rita: Any, baseline: Any,
                                                            candidate: Any) -> None:  # fmt: skip
     ticket = decided("reject", erin, baseline, candidate)

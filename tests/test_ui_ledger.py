@@ -12,7 +12,7 @@ from ledger.models import LedgerEntry
 from tests.conftest import ticket_fields
 from tests.ui_helpers import client_for, evaluated_ticket
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 
 def test_filters_narrow_the_ledger(draft: Any, erin: Any, rita: Any, baseline: Any) -> None:

@@ -16,7 +16,7 @@ from tests.conftest import ticket_fields
 from tests.ui_helpers import client_for, evaluated_ticket
 from workers.reviews import review_open
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
 # Session and user loading (2) and the role lookup (1) come with every signed-in page.
 PINNED = {

@@ -20,7 +20,7 @@ from optgate.errors import NotAllowed
 from workers import services, sweeper
 from workers.models import Notification
 
-pytestmark = pytest.mark.django_db(transaction=False)
+pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=False)]
 
 
 @pytest.fixture

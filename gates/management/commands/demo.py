@@ -8,19 +8,23 @@ the UI and API use, and follows their evaluation on vLLM-on-CPU until each has a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from evaluators.engine import group_alive, port_is_free, process_descendants
 from evaluators.models import EvaluationRun, RunStatus
 from gates import services as gate_services
 from gates.models import ReleaseTicket, TaskType, TicketStatus
@@ -41,12 +45,25 @@ SETTLED = {TicketStatus.APPROVED, TicketStatus.RESTRICTED, TicketStatus.REJECTED
 BASE_ARGS: dict[str, Any] = {"max_model_len": 2048, "max_num_seqs": 8, "seed": 0, "enable_prefix_caching": False}
 RECIPE = {"system_prompt_hash": "sha256:demo-system-prompt", "tool_version": "tools@1", "policy_version": "default@1",
           "security_domain": "internal", "tenant": True}  # fmt: skip
+# However the demo is stopped, it stops what it started: SIGINT (Ctrl-C), SIGTERM (kill) and
+# SIGHUP (the terminal closed). Children get SIGTERM and this long to go; a second signal ends the
+# wait at once with SIGKILL.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE_S = 30.0
 ROLLBACK_PLAN = {
     "sacrifices": "the candidate's gain on the beneficiary tasks",
     "warmup": "none: the baseline backend stays loaded during the canary",
     "inflight_streams": "streams in flight finish on the candidate; new requests go to the baseline",
     "route_update": "move the task routes back to kit-bf16 in one route-table version",
 }
+
+
+class DemoStopped(Exception):
+    """A stop signal reached the demo."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 class Command(BaseCommand):
@@ -58,9 +75,14 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=int, default=3600, help="seconds to wait for the decisions")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self.children: list[subprocess.Popen[bytes]] = []
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.stopping = False  # set once stopping began: a further signal only hurries it
+        self.hurry = False
         logs = Path(settings.VAR_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        lock = self.claim(options["port"])
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+        stopped_by: DemoStopped | None = None
         try:
             self.step("migrating the database")
             call_command("migrate", interactive=False, verbosity=0)
@@ -75,13 +97,57 @@ class Command(BaseCommand):
             self.print_decisions(tickets)
             if not options["no_serve"]:
                 self.stdout.write(f"\nOpen http://127.0.0.1:{options['port']}/ — Ctrl-C stops everything.")
-                while all(child.poll() is None for child in self.children):
+                while all(child.poll() is None for child in self.children.values()):
                     time.sleep(2)
                 raise CommandError("a demo process stopped; see the logs in " + str(logs))
-        except KeyboardInterrupt:
-            self.stdout.write("\nstopping …")
+        except DemoStopped as stop:
+            stopped_by = stop
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.stdout.write(f"\n{stop}: stopping everything the demo started …")
         finally:
             self.stop_processes()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            lock.close()
+        if stopped_by is not None:
+            raise SystemExit(128 + stopped_by.signum)
+
+    def claim(self, port: int) -> IO[str]:
+        """Refuse to start a second demo on this folder, or one whose port is taken, before anything starts.
+
+        Returns the lock file, held (``flock``) for as long as the demo runs; the kernel releases it
+        when the process ends, however it ends.
+        """
+        var = Path(settings.VAR_DIR)
+        handle = open(var / "demo.lock", "a+")  # noqa: SIM115 - held until the demo ends
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise CommandError(
+                f"another demo is already running from {var} (pid {holder}); stop it first "
+                f"(Ctrl-C in its terminal, or kill {holder})"
+            ) from None
+        if not port_is_free(port):
+            handle.close()
+            raise CommandError(
+                f"port {port} is already in use (another demo or web server?); stop it or pick a free one "
+                "with: python manage.py demo --port N"
+            )
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        return handle
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            self.hurry = True  # a second signal: no more grace, SIGKILL what is left
+            return
+        self.stopping = True
+        raise DemoStopped(signum)
 
     def step(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(f"==> {text}"))
@@ -152,20 +218,55 @@ class Command(BaseCommand):
             "web": [python, "manage.py", "runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"],
         }  # fmt: skip
         for name, argv in commands.items():
-            log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it for its lifetime
-            self.children.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                                  cwd=settings.BASE_DIR, start_new_session=True))  # fmt: skip
+            with open(logs / f"{name}.log", "ab") as log:  # the child keeps its own copy of the descriptor
+                self.children[name] = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR, start_new_session=True
+                )
+
+    def engine_groups(self) -> set[int]:
+        """Process groups of the engines the workers started (each engine runs in a session of its own)."""
+        own = {child.pid for child in self.children.values()}
+        return {
+            pgid
+            for child in self.children.values()
+            for pgid in process_descendants(child.pid).values()
+            if pgid not in own
+        }
 
     def stop_processes(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        for child in self.children:
-            try:
-                child.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
+        """Stop every process the demo started, and every engine they started.
+
+        An evaluation in flight is abandoned, not failed: the GPU-queue worker is killed before its
+        engine, so its run stays *running* with a dead worker, and the sweeper re-queues it on the
+        next start, as after a crash. Everything else gets SIGTERM, then SIGKILL after
+        ``STOP_GRACE_S`` or at a second signal.
+        """
+        self.stopping = True
+        own = {child.pid for child in self.children.values()}
+        engines = self.engine_groups()
+        gpu_worker = self.children.get("worker-gpu")
+        if engines and gpu_worker is not None and gpu_worker.poll() is None:
+            _signal_group(gpu_worker.pid, signal.SIGKILL)
+        terminated: set[int] = set()
+        deadline = time.monotonic() + STOP_GRACE_S
+        while True:
+            engines |= self.engine_groups()  # one may be starting while the demo stops
+            alive = {pgid for pgid in own | engines if group_alive(pgid)}
+            if not alive:
+                break
+            late = self.hurry or time.monotonic() >= deadline
+            for pgid in alive:
+                if late:
+                    _signal_group(pgid, signal.SIGKILL)
+                elif pgid not in terminated:
+                    _signal_group(pgid, signal.SIGTERM)
+                    terminated.add(pgid)
+            for child in self.children.values():
+                child.poll()  # reap: a zombie leader must not count as alive
+            time.sleep(0.2)
+        for child in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=1)
 
     def measure_fleet_baseline(self, baseline: Backend) -> None:
         """Queue one baseline run over every task type; each ticket's baseline then reuses it."""
@@ -250,7 +351,7 @@ class Command(BaseCommand):
                 states.append(ticket.status)
             if all(state in SETTLED for state in states):
                 return
-            if any(child.poll() is not None for child in self.children):
+            if any(child.poll() is not None for child in self.children.values()):
                 raise CommandError("a worker or the web server stopped; see the logs under var/logs")
             time.sleep(5)
         raise CommandError(f"the demo tickets were not decided within {timeout} s")
@@ -268,6 +369,11 @@ class Command(BaseCommand):
                 self.stdout.write(f"    - {reason}")
         report = ledger_verify()
         self.stdout.write(f"ledger: {report.checked} entries, chain {'verified' if report.ok else 'BROKEN'}")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
 
 
 def _engine_version() -> str:

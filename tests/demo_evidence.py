@@ -1,0 +1,107 @@
+"""The README's main job, run once per test session, and the evidence it measured.
+
+``manage.py demo --no-serve`` starts its own workers and web server on embedded defaults and
+evaluates its three tickets on vLLM-on-CPU with the shipped kit: one baseline run over all six
+task types and one run each of the prefix-caching, low-bit and n-gram candidates. Those are the
+same four engine configurations the real-engine tests need, so they read this run's database
+instead of starting the same engines a second time (a start costs 30–50 s on two cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from evaluators.engine import find_free_port
+
+# The demo runs on embedded defaults: nothing from a PostgreSQL/Redis test environment may leak in.
+SERVICE_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "REDIS_URL", "OPTGATE_EMBEDDED")
+BASELINE = "kit-bf16"
+PREFIX_CACHE = "kit-bf16-prefix-cache"
+LOW_BIT = "kit-w2g32"
+NGRAM = "kit-bf16-ngram"
+
+
+@dataclass
+class DemoEvidence:
+    """What one demo run printed and stored (its SQLite database, read directly)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    var_dir: Path
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def query(self, sql: str, *params: Any) -> list[sqlite3.Row]:
+        with sqlite3.connect(self.var_dir / "optgate.sqlite3") as db:
+            db.row_factory = sqlite3.Row
+            return db.execute(sql, params).fetchall()
+
+    def run(self, backend: str) -> dict[str, Any]:
+        """The backend's finished run: id, status and load profile."""
+        rows = self.query(
+            "SELECT r.id, r.status, r.load_profile FROM evaluators_evaluationrun r"
+            " JOIN ledger_backend b ON r.backend_id = b.id WHERE b.name = ? ORDER BY r.id DESC",
+            backend,
+        )
+        assert rows, f"the demo has no run of {backend}:\n{self.output[-3000:]}"
+        return {"id": rows[0]["id"], "status": rows[0]["status"], "load_profile": json.loads(rows[0]["load_profile"])}
+
+    def task_result(self, backend: str, task: str) -> dict[str, Any]:
+        """Quality, performance, per-request records and engine evidence of one task of the backend's run."""
+        rows = self.query(
+            "SELECT quality, performance, requests, engine_evidence FROM evaluators_taskresult"
+            " WHERE run_id = ? AND task = ?",
+            self.run(backend)["id"],
+            task,
+        )
+        assert rows, f"the {backend} run has no {task} result"
+        return {key: json.loads(rows[0][key]) for key in ("quality", "performance", "requests", "engine_evidence")}
+
+    def samples(self, backend: str, task: str) -> list[dict[str, Any]]:
+        rows = self.query(
+            "SELECT sample_id, prompt, target, output, passed, failure_reason, latency_ms"
+            " FROM evaluators_samplerecord WHERE run_id = ? AND task = ? ORDER BY sample_id",
+            self.run(backend)["id"],
+            task,
+        )
+        return [dict(row) for row in rows]
+
+    def decision(self, title: str) -> dict[str, Any]:
+        """The latest decision on the demo ticket with this title: outcome, verdicts, reasons."""
+        rows = self.query(
+            "SELECT d.outcome, d.verdicts, d.reasons FROM gates_gatedecision d"
+            " JOIN gates_releaseticket t ON d.ticket_id = t.id WHERE t.title = ? ORDER BY d.created_at DESC",
+            title,
+        )
+        assert rows, f"no decision on {title!r}:\n{self.output[-3000:]}"
+        row = rows[0]
+        return {
+            "outcome": row["outcome"],
+            "verdicts": json.loads(row["verdicts"]),
+            "reasons": json.loads(row["reasons"]),
+        }
+
+
+@pytest.fixture(scope="session")
+def demo_evidence(tmp_path_factory: pytest.TempPathFactory) -> DemoEvidence:
+    var_dir = tmp_path_factory.mktemp("demo")
+    env = {key: value for key, value in os.environ.items() if key not in SERVICE_VARIABLES}
+    env["OPTGATE_VAR_DIR"] = str(var_dir)
+    command = [sys.executable, "manage.py", "demo", "--no-serve", "--port", str(find_free_port()), "--timeout", "1800"]
+    done = subprocess.run(
+        command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=2400, check=False
+    )
+    return DemoEvidence(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr, var_dir=var_dir)
