@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from evaluators.engine import find_free_port, port_is_free, process_alive, process_descendants
+from evaluators.engine import find_free_port, group_alive, port_is_free, process_alive, process_descendants
 
 pytestmark = pytest.mark.engine
 
@@ -108,13 +108,20 @@ def _listening(port: int) -> bool:
     return not port_is_free(port)
 
 
+def _engine_pids(tree: dict[int, str]) -> list[int]:
+    return [pid for pid, line in tree.items() if ENGINE_MODULE in line]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_stop_signal_ends_every_demo_process_and_engine(demo: Demo, sig: signal.Signals) -> None:
     proc = demo.start()
     demo.wait_until("web server", lambda: _listening(demo.port))
-    demo.wait_until("vLLM engine", lambda: any(ENGINE_MODULE in line for line in demo.tree().values()))
+    # The engine's API server and the EngineCore it spawns (which renames itself, so it is found by
+    # parentage, not by name): a stop must reach the whole engine, not just the process it started.
+    demo.wait_until("vLLM engine core", lambda: any(process_descendants(pid) for pid in _engine_pids(demo.tree())))
     started = demo.tree()
-    engine_ports = [int(line.split("--port ", 1)[1].split()[0]) for line in started.values() if ENGINE_MODULE in line]
+    groups = {os.getpgid(pid) for pid in started if process_alive(pid)}
+    engine_ports = [int(started[pid].split("--port ", 1)[1].split()[0]) for pid in _engine_pids(started)]
     assert any("celery" in line and "worker" in line for line in started.values())
     assert any("runserver" in line for line in started.values())
 
@@ -125,6 +132,7 @@ def test_a_stop_signal_ends_every_demo_process_and_engine(demo: Demo, sig: signa
     assert f"{sig.name}: stopping everything the demo started" in output
     left = {pid: line for pid, line in started.items() if process_alive(pid)}
     assert not left, left
+    assert not [pgid for pgid in groups if group_alive(pgid)]  # nothing started later in those groups either
     assert not _listening(demo.port)
     assert engine_ports and all(port_is_free(port) for port in engine_ports)
     # The evaluation was abandoned, not failed: the next start resumes it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,6 +180,33 @@ def test_vllm_parser_accepts_a_realistic_candidate() -> None:
             "speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
         }
     )
+
+
+@needs_vllm
+def test_one_child_process_checks_several_argument_sets_and_each_verdict_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from evaluators import vllm_check
+
+    monkeypatch.setattr(vllm_check, "_verdicts", {})
+    good, removed, also_good = {"max_num_seqs": 8}, {"swap_space": 4}, {"enable_prefix_caching": True}
+    children = []
+    real_run = vllm_check.subprocess.run
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        children.append(args)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(vllm_check.subprocess, "run", counted)
+    verdicts = vllm_check.check_with_vllm_subprocess([good, removed, also_good, good])
+    assert verdicts[0] == verdicts[2] == verdicts[3] == {}
+    assert "swap-space" in verdicts[1]["swap_space"]
+    assert len(children) == 1
+    vllm_check.validate_with_vllm_subprocess(also_good)  # known: no second child
+    with pytest.raises(EngineArgsError) as caught:
+        vllm_check.validate_with_vllm_subprocess(removed)
+    assert "swap_space" in caught.value.errors
+    assert len(children) == 1
 
 
 def test_model_inside_a_root_is_allowed(tmp_path: Path) -> None:

@@ -187,6 +187,12 @@ class Command(BaseCommand):
                                                       "calibration_set": "none (data-free rounding)"}),
             "kit-bf16-ngram": (BASE, {**BASE_ARGS, "speculative_config": ngram}, {"quantization_method": "none"}),
         }  # fmt: skip
+        if settings.OPTGATE_VALIDATE_WITH_VLLM:
+            # One child process checks all four with vLLM's parser; registration then finds the verdicts.
+            from evaluators.engine_args import validate_engine_args
+            from evaluators.vllm_check import check_with_vllm_subprocess
+
+            check_with_vllm_subprocess([validate_engine_args(engine_args) for _, engine_args, _ in specs.values()])
         backends = {}
         for name, (variant, engine_args, card) in specs.items():
             backends[name], _ = backend_register(
