@@ -141,6 +141,23 @@ def test_a_stop_signal_ends_every_demo_process_and_engine(demo: Demo, sig: signa
     assert statuses and statuses <= {"queued", "running"}, statuses
 
 
+def test_a_demo_process_that_dies_stops_the_rest_of_the_demo(demo: Demo) -> None:
+    """The demo's own error path: the web server gone, it stops the workers, beat and the engine."""
+    proc = demo.start()
+    demo.wait_until("web server", lambda: _listening(demo.port))
+    demo.wait_until("vLLM engine core", lambda: any(process_descendants(pid) for pid in _engine_pids(demo.tree())))
+    started = demo.tree()
+    groups = {os.getpgid(pid) for pid in started if process_alive(pid)}
+    (web,) = [pid for pid, line in started.items() if "runserver" in line]
+    os.kill(web, signal.SIGKILL)
+    output, _ = proc.communicate(timeout=120)
+
+    assert proc.returncode == 1, output[-3000:]
+    assert "a worker or the web server stopped" in output
+    assert not {pid: line for pid, line in started.items() if process_alive(pid)}
+    assert not [pgid for pgid in groups if group_alive(pgid)]
+
+
 def test_a_second_demo_on_the_same_folder_says_so_and_exits(demo: Demo) -> None:
     first = demo.start()
     demo.wait_until("web server", lambda: _listening(demo.port))
