@@ -7,13 +7,13 @@ hits" and "this engine cannot tell us about its prefix cache" are different fact
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 MetricKey = tuple[str, frozenset[tuple[str, str]]]
 
@@ -42,46 +42,17 @@ HISTOGRAM_MEANS_MS: dict[str, str] = {
     "engine_e2e_mean_ms": "vllm:e2e_request_latency_seconds",
 }
 
-_SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
-_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
 
 def parse_prometheus(text: str) -> dict[MetricKey, float]:
     """Parse Prometheus text exposition into ``{(sample_name, frozenset(labels)): value}``.
 
     Sample names are as exposed (counters keep their ``_total`` suffix, histograms their
-    ``_bucket``/``_sum``/``_count``). Uses prometheus_client when installed (a vLLM dependency) and a
-    small parser otherwise, because the control plane must not depend on it.
+    ``_bucket``/``_sum``/``_count``).
     """
-    try:
-        from prometheus_client.parser import text_string_to_metric_families
-    except ImportError:
-        return _parse_fallback(text)
     samples: dict[MetricKey, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples[(sample.name, frozenset(sample.labels.items()))] = float(sample.value)
-    return samples
-
-
-def _parse_fallback(text: str) -> dict[MetricKey, float]:
-    samples: dict[MetricKey, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE_RE.match(line)
-        if not match:
-            continue
-        labels = frozenset(
-            (k, v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"))
-            for k, v in _LABEL_RE.findall(match.group("labels") or "")
-        )
-        try:
-            value = float(match.group("value"))
-        except ValueError:
-            continue
-        samples[(match.group("name"), labels)] = value
     return samples
 
 

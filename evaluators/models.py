@@ -9,7 +9,7 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from optgate.errors import DomainError
+from core.errors import DomainError
 
 
 class RunStatus(models.TextChoices):
@@ -39,7 +39,7 @@ class EvaluationRun(models.Model):
     can serve several tickets.
     """
 
-    backend = models.ForeignKey("ledger.Backend", on_delete=models.PROTECT, related_name="runs")
+    backend = models.ForeignKey("backends.Backend", on_delete=models.PROTECT, related_name="runs")
     tasks = models.JSONField(default=list, help_text="task type slugs, in evaluation order")
     suite_versions = models.JSONField(default=dict)
     engine_version = models.CharField(max_length=40)

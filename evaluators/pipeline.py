@@ -18,6 +18,7 @@ from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, s
 from evaluators.loadgen import LoadRequest, run_load_sync
 from evaluators.suites import get_suite
 from evaluators.suites.base import Suite
+from evaluators.suites.lm_eval_task import write_task_folder
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def quality_phase(suite: Suite, *, base_url: str, model: str, concurrency: int, 
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    task_name = suite.write_lm_eval_task(workdir)
+    task_name = write_task_folder(suite, workdir)
     results = lm_eval.simple_evaluate(
         model="local-chat-completions",
         model_args={

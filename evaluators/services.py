@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from backends.models import Backend
+from core.canonical import canonical_json, sha256_hex
+from core.errors import DomainError, InvalidInput
 from evaluators import pipeline
 from evaluators.engine import AttachedEngine, EngineHandle, EngineStartError, attach_engine, launch_engine
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, SampleRecord, TaskResult
 from evaluators.suites import get_suite
-from ledger.models import Backend
 from ledger.services import ledger_append
-from optgate.canonical import canonical_json, sha256_hex
-from optgate.errors import DomainError, InvalidInput
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +94,9 @@ def run_request(
                 .order_by("-created_at")
             )
             # Prefer finished evidence over a run still in flight.
-            covering = sorted((r for r in candidates if _covers(r, suite_versions)),
-                              key=lambda r: r.status != RunStatus.SUCCEEDED)  # fmt: skip
+            covering = sorted(
+                (r for r in candidates if _covers(r, suite_versions)), key=lambda r: r.status != RunStatus.SUCCEEDED
+            )
             if covering:
                 return covering[0], True
         run = EvaluationRun.objects.create(
@@ -116,9 +117,15 @@ def run_request(
             subject_id=run.pk,
             subject_name=f"{backend.name} on {', '.join(tasks)}",
             actor=None,
-            payload={"backend": backend.name, "fingerprint": backend.fingerprint, "tasks": tasks,
-                     "suite_versions": suite_versions, "load_profile": profile, "attach": attach_base_url},
-        )  # fmt: skip
+            payload={
+                "backend": backend.name,
+                "fingerprint": backend.fingerprint,
+                "tasks": tasks,
+                "suite_versions": suite_versions,
+                "load_profile": profile,
+                "attach": attach_base_url,
+            },
+        )
     return run, False
 
 
@@ -197,13 +204,31 @@ def _store_task(run: EvaluationRun, outcome: pipeline.TaskOutcome) -> None:
                 "error": "",
             },
         )
-        SampleRecord.objects.filter(run=run, task=outcome.task).delete()
-        SampleRecord.objects.bulk_create(
-            SampleRecord(run=run, task=outcome.task, sample_id=s.sample_id, prompt=s.prompt, target=s.target,
-                         output=s.output, passed=s.passed, score=s.score, failure_reason=s.failure_reason,
-                         detail=s.detail, latency_ms=s.latency_ms)
-            for s in outcome.samples
-        )  # fmt: skip
+        samples_replace(run=run, task=outcome.task, samples=outcome.samples)
+
+
+def samples_replace(*, run: EvaluationRun, task: str, samples: list[pipeline.SampleOutcome]) -> None:
+    """Store ``samples`` as the run's per-sample records of ``task``, in place of any stored before.
+
+    Runs inside the caller's transaction, next to the task's result.
+    """
+    SampleRecord.objects.filter(run=run, task=task).delete()
+    SampleRecord.objects.bulk_create(
+        SampleRecord(
+            run=run,
+            task=task,
+            sample_id=s.sample_id,
+            prompt=s.prompt,
+            target=s.target,
+            output=s.output,
+            passed=s.passed,
+            score=s.score,
+            failure_reason=s.failure_reason,
+            detail=s.detail,
+            latency_ms=s.latency_ms,
+        )
+        for s in samples
+    )
 
 
 def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bool] | None = None) -> EvaluationRun:
@@ -243,8 +268,9 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
                     label = f"{phase} {slug} (task {k + 1} of {len(run.tasks)})"
                     _progress(run, label, int(ENGINE_SHARE + k * share + offset))
 
-                outcome = pipeline.evaluate_task(slug, base_url=engine.base_url, model=engine.model,
-                                                 profile=run.load_profile, on_phase=on_phase)  # fmt: skip
+                outcome = pipeline.evaluate_task(
+                    slug, base_url=engine.base_url, model=engine.model, profile=run.load_profile, on_phase=on_phase
+                )
                 if not engine.is_alive():
                     raise EngineStartError("the engine died during the run:\n" + "\n".join(engine.last_log_lines(30)))
                 _store_task(run, outcome)
@@ -265,8 +291,9 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
     return _finish(run, attempt, status, error, timings)
 
 
-def _finish(run: EvaluationRun, attempt: EvaluationAttempt, status: str, error: str,
-            timings: dict[str, float]) -> EvaluationRun:  # fmt: skip
+def _finish(
+    run: EvaluationRun, attempt: EvaluationAttempt, status: str, error: str, timings: dict[str, float]
+) -> EvaluationRun:
     results = list(run.task_results.all())
     evidence = {t.task: t.engine_evidence for t in results}
     with transaction.atomic(durable=True):
@@ -307,8 +334,14 @@ def run_cancel(*, run_id: int) -> EvaluationRun:
         run.cancel_requested = True
         if run.status == RunStatus.QUEUED:
             run.move(RunStatus.CANCELLED, phase="cancelled")
-            ledger_append(kind="evaluation.cancelled", subject_type="run", subject_id=run.pk,
-                          subject_name=run.backend.name, actor=None, payload={"while": "queued"})  # fmt: skip
+            ledger_append(
+                kind="evaluation.cancelled",
+                subject_type="run",
+                subject_id=run.pk,
+                subject_name=run.backend.name,
+                actor=None,
+                payload={"while": "queued"},
+            )
     return run
 
 
@@ -318,11 +351,44 @@ def run_retry(*, run_id: int, reason: str = "") -> EvaluationRun:
         run = EvaluationRun.objects.select_for_update().get(pk=run_id)
         if run.status not in (RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.RUNNING):
             raise DomainError(f"run #{run.pk} is {run.status}; only failed, cancelled or stuck runs are retried")
-        run.move(RunStatus.QUEUED, phase="queued for retry", progress=0, cancel_requested=False,
-                 deadline_at=timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S))  # fmt: skip
+        run.move(
+            RunStatus.QUEUED,
+            phase="queued for retry",
+            progress=0,
+            cancel_requested=False,
+            deadline_at=timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S),
+        )
         EvaluationAttempt.objects.filter(run=run, status=RunStatus.RUNNING).update(
             status=RunStatus.ERROR, error=reason or "abandoned", finished_at=timezone.now()
         )
-        ledger_append(kind="evaluation.retried", subject_type="run", subject_id=run.pk,
-                      subject_name=run.backend.name, actor=None, payload={"reason": reason})  # fmt: skip
+        ledger_append(
+            kind="evaluation.retried",
+            subject_type="run",
+            subject_id=run.pk,
+            subject_name=run.backend.name,
+            actor=None,
+            payload={"reason": reason},
+        )
     return run
+
+
+def run_claim_unsent(*, run: EvaluationRun, now: datetime, deadline: datetime) -> bool:
+    """Claim a queued run whose message never reached the broker, to send it again.
+
+    Compare-and-swap on ``queued_at``: of two sweeps that overlap, one claims it per grace period.
+    """
+    claimed = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED, queued_at=run.queued_at).update(
+        queued_at=now, deadline_at=deadline
+    )
+    return claimed == 1
+
+
+def run_claim_overdue(*, run: EvaluationRun, deadline: datetime) -> bool:
+    """Claim a queued run past its deadline (its message was lost in the broker), to send it again.
+
+    Compare-and-swap on the deadline: of two sweeps that overlap, one claims it.
+    """
+    claimed = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED, deadline_at=run.deadline_at).update(
+        deadline_at=deadline
+    )
+    return claimed == 1

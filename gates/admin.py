@@ -4,8 +4,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from gates.models import ApiToken, GateDecision, ReleaseTicket, RouteTableVersion, SignOff, TaskType
-from gates.tokens import api_token_revoke
+from accounts.models import ApiToken
+from accounts.services import api_token_revoke
+from gates.models import GateDecision, ReleaseTicket, RouteTableVersion, SignOff, TaskType
 from ledger.admin import ReadOnlyAdmin
 
 

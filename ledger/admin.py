@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from ledger.models import Backend, LedgerEntry
+from ledger.models import LedgerEntry
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -27,9 +27,3 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
     list_filter = ["kind", "subject_type"]
     search_fields = ["subject_name", "actor_name", "kind"]
     ordering = ["-seq"]
-
-
-@admin.register(Backend)
-class BackendAdmin(ReadOnlyAdmin):
-    list_display = ["name", "model_id", "engine_version", "hardware_class", "fingerprint", "created_at"]
-    search_fields = ["name", "model_id", "fingerprint"]

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection, connections
 from django.db.models import Max, Min, Q, QuerySet, Subquery
 
-from ledger.models import Backend, LedgerEntry, LedgerHead, entry_hash
+from ledger.models import LedgerEntry, LedgerHead, entry_hash
 
 # Kinds that record a plan the organisation decided not to adopt; searchable with their reasons.
 NOT_ADOPTED_KINDS = ("ticket.rejected",)
@@ -39,8 +39,19 @@ class ChainReport:
 
 
 # The columns the chain covers, in the order the verification walks them; the id orders the walk.
-CHAIN_COLUMNS = ("id", "seq", "kind", "subject_type", "subject_id", "subject_name", "actor_name", "payload",
-                 "created_at", "prev_hash", "hash")  # fmt: skip
+CHAIN_COLUMNS = (
+    "id",
+    "seq",
+    "kind",
+    "subject_type",
+    "subject_id",
+    "subject_name",
+    "actor_name",
+    "payload",
+    "created_at",
+    "prev_hash",
+    "hash",
+)
 # On PostgreSQL the database formats ``created_at`` exactly as ``entry_content`` does (UTC, ISO 8601
 # with microseconds) and hands the payload over as text: parsing a million timestamps and going
 # through Django's row converters in Python cost more than half of the verification time.
@@ -81,19 +92,39 @@ class ChainWalk:
 
     def check(self, rows: Iterable[tuple[Any, ...]]) -> ChainReport | None:
         """Check each entry in turn; the first one that breaks the chain is reported."""
-        for entry_id, seq, kind, subject_type, subject_id, subject_name, actor_name, payload, created_at, \
-                prev_hash, stored_hash in rows:  # fmt: skip
+        for (
+            entry_id,
+            seq,
+            kind,
+            subject_type,
+            subject_id,
+            subject_name,
+            actor_name,
+            payload,
+            created_at,
+            prev_hash,
+            stored_hash,
+        ) in rows:
             self.checked += 1
             if seq != self.checked:
                 problem = f"entry #{seq} (id {entry_id}) follows #{self.checked - 1}: an entry was deleted or reordered"
                 return ChainReport(False, self.checked, seq, entry_id, problem)
             if prev_hash != self.expected_prev:
-                problem = f"entry #{seq} (id {entry_id}) does not point at its predecessor: " \
-                          "the chain was reordered or cut"  # fmt: skip
+                problem = (
+                    f"entry #{seq} (id {entry_id}) does not point at its predecessor: the chain was reordered or cut"
+                )
                 return ChainReport(False, self.checked, seq, entry_id, problem)
-            digest = entry_hash(seq=seq, kind=kind, subject_type=subject_type, subject_id=subject_id,
-                                subject_name=subject_name, actor_name=actor_name, payload=payload,
-                                created_at=created_at, prev_hash=prev_hash)  # fmt: skip
+            digest = entry_hash(
+                seq=seq,
+                kind=kind,
+                subject_type=subject_type,
+                subject_id=subject_id,
+                subject_name=subject_name,
+                actor_name=actor_name,
+                payload=payload,
+                created_at=created_at,
+                prev_hash=prev_hash,
+            )
             if digest != stored_hash:
                 problem = f"entry #{seq} (id {entry_id}) does not match its hash: its content was edited"
                 return ChainReport(False, self.checked, seq, entry_id, problem)
@@ -131,9 +162,7 @@ def ledger_verify(*, workers: int = 1) -> ChainReport:
     """
     last_entry = LedgerEntry.objects.order_by("-id").values("id")[:1]
     head = LedgerHead.objects.filter(id=1).annotate(last_id=Subquery(last_entry)).values("seq", "hash", "last_id")
-    snapshot = head.first() or {
-        "seq": 0, "hash": "", "last_id": LedgerEntry.objects.aggregate(last=Max("id"))["last"]
-    }  # fmt: skip
+    snapshot = head.first() or {"seq": 0, "hash": "", "last_id": LedgerEntry.objects.aggregate(last=Max("id"))["last"]}
     up_to_id = snapshot["last_id"] or 0
     parallel = workers > 1 and connection.vendor == "postgresql" and not connection.in_atomic_block
     first_id = (LedgerEntry.objects.aggregate(first=Min("id"))["first"] or 0) if parallel else 0
@@ -185,5 +214,11 @@ def ledger_entries(
     return entries
 
 
-def backend_list() -> QuerySet[Backend]:
-    return Backend.objects.all()
+def ledger_kinds() -> list[str]:
+    """Every entry kind the ledger holds, sorted."""
+    return list(LedgerEntry.objects.order_by("kind").values_list("kind", flat=True).distinct())
+
+
+def ledger_head_seq() -> int | None:
+    """The sequence number of the newest entry, read from the head row (None before the first entry)."""
+    return LedgerHead.objects.filter(id=1).values_list("seq", flat=True).first()

@@ -5,8 +5,7 @@ every web process reports the same numbers and nothing is lost on restart: ticke
 evaluation runs by status, the evaluation queue depth (queued runs, and the age of the oldest),
 evaluation durations as a histogram, decisions by outcome, notifications waiting.
 
-``prometheus_client`` renders the exposition when it is importable (a custom collector on a
-private registry); otherwise the same families are written in the text format by hand.
+``prometheus_client`` renders the exposition (a custom collector on a private registry).
 When ``settings.OPTGATE_METRICS_TOKEN`` is set, scrapes must send ``Authorization: Bearer <token>``.
 """
 
@@ -22,13 +21,14 @@ from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from evaluators.models import FINISHED_STATUSES, EvaluationRun, RunStatus
-from gates.models import GateDecision, ReleaseTicket, TicketStatus
+from gates.models import GateDecision, Notification, ReleaseTicket, TicketStatus
 
 # Evaluations take minutes to hours: buckets from 30 s to 4 h.
 DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
-TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @dataclass
@@ -53,26 +53,50 @@ def collect_families() -> list[Family]:
     tickets = dict(ReleaseTicket.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
     runs = dict(EvaluationRun.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
     decisions = dict(
-        GateDecision.objects.filter(dry_run=False).values_list("outcome").annotate(n=Count("id"))
+        GateDecision.objects.filter(dry_run=False)
+        .values_list("outcome")
+        .annotate(n=Count("id"))
         .values_list("outcome", "n")
-    )  # fmt: skip
+    )
     oldest: Any = EvaluationRun.objects.filter(status=RunStatus.QUEUED).aggregate(oldest=Min("created_at"))["oldest"]
     families = [
-        Family("optgate_tickets", "gauge", "Release tickets by state.",
-               _by_label(tickets, "state", [s.value for s in TicketStatus])),
-        Family("optgate_evaluation_runs", "gauge", "Evaluation runs by status.",
-               _by_label(runs, "status", [s.value for s in RunStatus])),
-        Family("optgate_evaluation_queue_depth", "gauge", "Evaluation runs queued and not yet started.",
-               [({}, float(runs.get(RunStatus.QUEUED, 0)))]),
-        Family("optgate_evaluation_queue_oldest_age_seconds", "gauge",
-               "Age of the oldest queued evaluation run (0 when none waits).",
-               [({}, (timezone.now() - oldest).total_seconds() if oldest else 0.0)]),
-        Family("optgate_evaluations_running", "gauge", "Evaluation runs executing now.",
-               [({}, float(runs.get(RunStatus.RUNNING, 0)))]),
-        Family("optgate_gate_decisions", "counter", "Binding gate decisions stored, by outcome.",
-               [({"outcome": o}, float(decisions.get(o, 0))) for o in ("approve", "restrict", "reject",
-                                                                       "needs_evidence")]),
-    ]  # fmt: skip
+        Family(
+            "optgate_tickets",
+            "gauge",
+            "Release tickets by state.",
+            _by_label(tickets, "state", [s.value for s in TicketStatus]),
+        ),
+        Family(
+            "optgate_evaluation_runs",
+            "gauge",
+            "Evaluation runs by status.",
+            _by_label(runs, "status", [s.value for s in RunStatus]),
+        ),
+        Family(
+            "optgate_evaluation_queue_depth",
+            "gauge",
+            "Evaluation runs queued and not yet started.",
+            [({}, float(runs.get(RunStatus.QUEUED, 0)))],
+        ),
+        Family(
+            "optgate_evaluation_queue_oldest_age_seconds",
+            "gauge",
+            "Age of the oldest queued evaluation run (0 when none waits).",
+            [({}, (timezone.now() - oldest).total_seconds() if oldest else 0.0)],
+        ),
+        Family(
+            "optgate_evaluations_running",
+            "gauge",
+            "Evaluation runs executing now.",
+            [({}, float(runs.get(RunStatus.RUNNING, 0)))],
+        ),
+        Family(
+            "optgate_gate_decisions",
+            "counter",
+            "Binding gate decisions stored, by outcome.",
+            [({"outcome": o}, float(decisions.get(o, 0))) for o in ("approve", "restrict", "reject", "needs_evidence")],
+        ),
+    ]
     families.append(_duration_histogram())
     families.append(_notifications_pending())
     return families
@@ -83,8 +107,11 @@ def _duration_histogram() -> Family:
         status__in=FINISHED_STATUSES, started_at__isnull=False, finished_at__isnull=False
     ).values_list("started_at", "finished_at")
     seconds = [max(0.0, (end - start).total_seconds()) for start, end in durations.iterator() if start and end]
-    family = Family("optgate_evaluation_duration_seconds", "histogram",
-                    "Wall time of finished evaluation runs, from start to finish.")  # fmt: skip
+    family = Family(
+        "optgate_evaluation_duration_seconds",
+        "histogram",
+        "Wall time of finished evaluation runs, from start to finish.",
+    )
     for bound in DURATION_BUCKETS:
         family.buckets.append((_format(bound), float(sum(1 for s in seconds if s <= bound))))
     family.buckets.append(("+Inf", float(len(seconds))))
@@ -93,58 +120,28 @@ def _duration_histogram() -> Family:
 
 
 def _notifications_pending() -> Family:
-    from workers.models import Notification
-
     pending = Notification.objects.filter(given_up_at=None, email_sent_at=None, webhook_sent_at=None).count()
-    return Family("optgate_notifications_pending", "gauge", "Notifications not yet delivered nor given up.",
-                  [({}, float(pending))])  # fmt: skip
+    return Family(
+        "optgate_notifications_pending",
+        "gauge",
+        "Notifications not yet delivered nor given up.",
+        [({}, float(pending))],
+    )
 
 
 def _format(value: float) -> str:
     return str(int(value)) + ".0" if float(value).is_integer() else repr(value)
 
 
-# --- rendering ---------------------------------------------------------------------------------
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(labels: dict[str, str]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{key}="{_escape(value)}"' for key, value in labels.items()) + "}"
-
-
-def render_text(families: list[Family]) -> str:
-    """The Prometheus text exposition format, written by hand (no prometheus_client needed)."""
-    lines: list[str] = []
-    for family in families:
-        lines.append(f"# HELP {family.name} {family.help}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        if family.kind == "histogram":
-            for le, count in family.buckets:
-                lines.append(f'{family.name}_bucket{{le="{le}"}} {count}')
-            lines.append(f"{family.name}_count {family.buckets[-1][1] if family.buckets else 0.0}")
-            lines.append(f"{family.name}_sum {family.sum_value}")
-            continue
-        suffix = "_total" if family.kind == "counter" else ""
-        for labels, value in family.samples:
-            lines.append(f"{family.name}{suffix}{_labels(labels)} {value}")
-    return "\n".join(lines) + "\n"
-
-
 class OptGateCollector:
     """A prometheus_client collector that reads the database on every scrape."""
 
     def collect(self) -> Iterator[object]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
         for family in collect_families():
             if family.kind == "histogram":
-                yield HistogramMetricFamily(family.name, family.help, buckets=family.buckets,
-                                            sum_value=family.sum_value)  # fmt: skip
+                yield HistogramMetricFamily(
+                    family.name, family.help, buckets=family.buckets, sum_value=family.sum_value
+                )
                 continue
             label_names = sorted({key for labels, _ in family.samples for key in labels})
             metric_cls = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
@@ -155,11 +152,7 @@ class OptGateCollector:
 
 
 def render() -> tuple[str, str]:
-    """The exposition and its content type, through prometheus_client when it is installed."""
-    try:
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-    except ImportError:
-        return render_text(collect_families()), TEXT_CONTENT_TYPE
+    """The exposition and its content type."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(OptGateCollector())  # type: ignore[arg-type]
     return generate_latest(registry).decode(), CONTENT_TYPE_LATEST

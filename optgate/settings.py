@@ -13,8 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from optgate.env import env_bool, env_int, env_list, env_paths, env_rate, env_str
-from workers.env import env_json_object
+from core.env import env_bool, env_int, env_json_object, env_list, env_paths, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("OPTGATE_VAR_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
@@ -45,10 +44,14 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "core",
     "ledger",
-    "gates",
+    "accounts",
+    "backends",
     "evaluators",
+    "gates",
     "workers",
+    "tools",
     "django_celery_beat",
 ]
 
@@ -60,6 +63,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # The UI's answer to a service's NotAllowed (403) and DomainError (409): the refusal page.
+    "gates.views.errors.ServiceRefusalMiddleware",
 ]
 
 ROOT_URLCONF = "optgate.urls"
@@ -142,10 +147,10 @@ OPTGATE_RATE_LIMITS = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "gates.authentication.ApiTokenAuthentication",
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_THROTTLE_CLASSES": ["optgate.throttling.AnonThrottle", "optgate.throttling.UserWriteThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["core.throttling.AnonThrottle", "core.throttling.UserWriteThrottle"],
     # Reverse proxies in front of the web processes: throttles then count the client address from
     # X-Forwarded-For. 0 trusts only the socket address, so clients cannot spoof that header.
     "NUM_PROXIES": env_int("OPTGATE_NUM_PROXIES", 0, minimum=0),
@@ -153,14 +158,14 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # A JSON parser that answers 400 to bodies nested past Python's recursion limit.
     "DEFAULT_PARSER_CLASSES": [
-        "optgate.parsers.JSONParser",
+        "core.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "optgate.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -202,7 +207,7 @@ CELERY_TIMEZONE = "UTC"
 
 # Engine launches: a model path must lie under one of these roots (no traversal, no symlink escape).
 OPTGATE_KIT_DIR = Path(env_str("OPTGATE_KIT_DIR", str(Path.home() / ".cache" / "optgate" / "kit")) or "")
-# The tiny model kit committed with the repository (see evaluators/kit/ship.py).
+# The tiny model kit committed with the repository (see tools/kit/ship.py).
 OPTGATE_SHIPPED_KIT_DIR = BASE_DIR / "kit"
 OPTGATE_MODEL_ROOTS = env_paths("OPTGATE_MODEL_ROOTS", [OPTGATE_SHIPPED_KIT_DIR, OPTGATE_KIT_DIR])
 # Registration also runs vLLM's own argument parser (in a subprocess) when vLLM is installed.
@@ -227,7 +232,7 @@ OPTGATE_GITHUB_CALLBACK = env_bool("OPTGATE_GITHUB_CALLBACK", False)
 OPTGATE_METRICS_TOKEN = env_str("OPTGATE_METRICS_TOKEN", "") or ""
 
 # The gate: which policy judges (YAML under gates/policies/), which reviewer capacities each risk
-# tier needs (checked where it is used: gates.signoff), and the URL template of exported routes.
+# tier needs (checked where it is used: gates.services.signoff), and the URL template of exported routes.
 OPTGATE_GATE_POLICY = env_str("OPTGATE_GATE_POLICY", "default") or "default"
 OPTGATE_SIGNOFF_CAPACITIES = env_json_object(
     "OPTGATE_SIGNOFF_CAPACITIES",
@@ -258,13 +263,13 @@ OPTGATE_NOTIFY_MAX_ATTEMPTS = env_int("OPTGATE_NOTIFY_MAX_ATTEMPTS", 5, minimum=
 OPTGATE_NOTIFY_TIMEOUT_S = env_int("OPTGATE_NOTIFY_TIMEOUT_S", 10, minimum=1)
 
 # Every handler redacts secrets (keys, passwords in URLs, Authorization headers, secret settings)
-# before a record is written; see optgate/log_redaction.py. Django's own default handlers are
+# before a record is written; see core/log_redaction.py. Django's own default handlers are
 # replaced: its request lines (django.server) may carry keys in query strings, and its admin
 # e-mails would carry request headers.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact_secrets": {"()": "optgate.log_redaction.RedactSecretsFilter"}},
+    "filters": {"redact_secrets": {"()": "core.log_redaction.RedactSecretsFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "django.server": {

@@ -5,14 +5,16 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from evaluators.api import RunViewSet
-from gates import integrations
-from gates.api import TaskTypeViewSet, TicketViewSet
-from gates.api_gate import PolicyViewSet, RouteViewSet
-from gates.api_tokens import ApiTokenViewSet
-from ledger.api import BackendViewSet, LedgerViewSet
+from accounts.api import ApiTokenViewSet
+from accounts.views import RateLimitedLoginView
+from backends.api import BackendViewSet
+from gates.api import integrations
+from gates.api.policies import PolicyViewSet
+from gates.api.routes import RouteViewSet
+from gates.api.runs import RunViewSet
+from gates.api.tickets import TaskTypeViewSet, TicketViewSet
+from ledger.api import LedgerViewSet
 from optgate import views
-from optgate.login import RateLimitedLoginView
 from optgate.metrics import metrics_view
 
 router = DefaultRouter()

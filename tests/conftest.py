@@ -17,11 +17,12 @@ import pytest
 from django.contrib.auth.models import Group, User
 from rest_framework.test import APIClient
 
-from gates import services as gate_services
-from gates.models import ReleaseTicket, TaskType
-from gates.tokens import api_token_issue
-from ledger import services as ledger_services
-from ledger.models import Backend
+from accounts.services import api_token_issue
+from backends import services as backend_services
+from backends.models import Backend
+from gates.models import ReleaseTicket
+from gates.services import tickets as gate_services
+from tests.factories import backend_fields, ticket_fields
 
 # The demo's session-wide run and the evidence it measured, for the real-engine tests.
 pytest_plugins = ["tests.demo_evidence"]
@@ -112,27 +113,10 @@ def api_for() -> Callable[[User | None], APIClient]:
     return make
 
 
-def backend_fields(model_root: Path, name: str, **overrides: Any) -> dict[str, Any]:
-    (model_root / "kit-base").mkdir(exist_ok=True)
-    fields: dict[str, Any] = {
-        "name": name,
-        "model_id": "optgate/kit-base",
-        "model_path": str(model_root / "kit-base"),
-        "model_revision": "sha256:" + "ab" * 32,
-        "engine_version": "0.32.0",
-        "hardware_class": "cpu-avx2",
-        "engine_args": {"max_model_len": 2048, "seed": 0},
-        "sampling_params": {"temperature": 0.0, "max_tokens": 128},
-        "model_card": {"quantization_method": "none", "allowed_tasks": []},
-    }
-    fields.update(overrides)
-    return fields
-
-
 @pytest.fixture
 def make_backend(model_root: Path, erin: User) -> Callable[..., Backend]:
     def make(name: str, **overrides: Any) -> Backend:
-        backend, _ = ledger_services.backend_register(actor=erin, **backend_fields(model_root, name, **overrides))
+        backend, _ = backend_services.backend_register(actor=erin, **backend_fields(model_root, name, **overrides))
         return backend
 
     return make
@@ -145,58 +129,9 @@ def baseline(make_backend: Callable[..., Backend]) -> Backend:
 
 @pytest.fixture
 def candidate(make_backend: Callable[..., Backend]) -> Backend:
-    return make_backend("kit-bf16-prefix-cache", engine_args={"max_model_len": 2048, "seed": 0,
-                                                              "enable_prefix_caching": True})  # fmt: skip
-
-
-def ticket_fields(baseline: Backend, candidate: Backend, **overrides: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "title": "Prefix caching for the knowledge assistant",
-        "mechanisms": ["prefix_cache"],
-        "bottleneck": "prefill",
-        "bottleneck_evidence": "TTFT p95 3.1 s on 6k-token documents; prefill is 80% of E2E",
-        "baseline": baseline,
-        "candidate": candidate,
-        "beneficiary_tasks": list(TaskType.objects.filter(slug="knowledge_qa")),
-        "risk_tasks": list(TaskType.objects.filter(slug="compliance_qa")),
-        "benefit_metrics": ["ttft_p95", "prefix_cache_hit_rate"],
-        "guardrail_metrics": ["citation_accuracy", "refusal_accuracy"],
-        "rollback_target": baseline,
-        "rollback_plan": {
-            "sacrifices": "TTFT gain on shared documents",
-            "warmup": "none: baseline stays loaded",
-            "inflight_streams": "finish on the candidate; new requests go to the baseline",
-            "route_update": "knowledge_qa route back to kit-bf16",
-        },
-        "observation_window_hours": 72,
-        "canary_scope": {"tenants": ["tenant-a"], "business_domain": "support"},
-    }
-    fields.update(overrides)
-    return fields
-
-
-TIMING_METRICS = ("ttft", "tpot", "e2e", "queue_time", "output_throughput")
-
-
-def assert_prefix_cache_judged(outcome: str, verdicts: dict[str, Any]) -> None:
-    """A prefix-cache candidate on the kit: every quality guardrail and the hit rate must pass.
-
-    Greedy decoding over the same weights gives the same answers, and the suites are sized for the
-    policy's margins, so quality always settles. TTFT is measured on a shared two-core machine:
-    when a neighbour's load hides the prefill saving, or holds responses up between the engine and
-    the client, the only open questions allowed are timing metrics, and then the outcome is *needs
-    evidence*, never a rejection.
-    """
-    metrics = [m for verdict in verdicts.values() for m in verdict["metrics"]]
-    guardrails = {m["task"]: m["status"] for m in metrics if m["kind"] == "guardrail"}
-    assert guardrails == {"knowledge_qa": "pass", "compliance_qa": "pass"}, metrics
-    assert [m["status"] for m in metrics if m["metric"] == "prefix_cache_hit_rate"] == ["pass"], metrics
-    open_questions = [m for m in metrics if m["status"] != "pass"]
-    for metric in open_questions:
-        assert metric["status"] == "inconclusive" and metric["metric"].startswith(TIMING_METRICS), metric
-    # Tradeable metrics are reported only: set aside as not comparable, they leave the outcome alone.
-    deciding = [m for m in open_questions if m["kind"] != "tradeable"]
-    assert outcome == ("needs_evidence" if deciding else "approve"), (outcome, open_questions)
+    return make_backend(
+        "kit-bf16-prefix-cache", engine_args={"max_model_len": 2048, "seed": 0, "enable_prefix_caching": True}
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from evaluators.engine import find_free_port
+from evaluators.processes import find_free_port
 
 # The demo runs on embedded defaults: nothing from a PostgreSQL/Redis test environment may leak in.
 SERVICE_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "REDIS_URL", "OPTGATE_EMBEDDED")

@@ -14,11 +14,12 @@ from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
-from gates.api import TicketSerializer
+from backends.models import Backend
+from gates.api.tickets import TicketSerializer
 from gates.models import ReleaseTicket, TicketStatus
-from gates.services import ticket_transition
-from ledger.models import Backend, LedgerEntry
-from tests.conftest import backend_fields
+from gates.services.tickets import ticket_transition
+from ledger.models import LedgerEntry
+from tests.factories import backend_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -59,8 +60,12 @@ def _ticket_body(baseline: str, candidate: str, **overrides: Any) -> dict[str, A
 def backends(api_for: ApiFor, erin: Any, model_root: Path) -> tuple[str, str]:
     client = api_for(erin)
     assert client.post("/api/v1/backends/", _backend_body(model_root, "kit-bf16"), format="json").status_code == 201
-    low_bit = _backend_body(model_root, "kit-w3", model_revision="sha256:" + "33" * 32,
-                            model_card={"quantization_method": "rtn-w3g32", "calibration_set": "none"})  # fmt: skip
+    low_bit = _backend_body(
+        model_root,
+        "kit-w3",
+        model_revision="sha256:" + "33" * 32,
+        model_card={"quantization_method": "rtn-w3g32", "calibration_set": "none"},
+    )
     assert client.post("/api/v1/backends/", low_bit, format="json").status_code == 201
     return "kit-bf16", "kit-w3"
 
@@ -82,8 +87,13 @@ def test_it_lists_the_six_seeded_task_types(api_for: ApiFor, olga: Any) -> None:
     response = api_for(olga).get("/api/v1/task-types/")
     assert response.status_code == 200
     assert [t["slug"] for t in response.data] == [
-        "code_assistant", "compliance_qa", "cs_summary", "dataagent_nl2sql", "knowledge_qa", "tool_calling",
-    ]  # fmt: skip
+        "code_assistant",
+        "compliance_qa",
+        "cs_summary",
+        "dataagent_nl2sql",
+        "knowledge_qa",
+        "tool_calling",
+    ]
     assert api_for(olga).get("/api/v1/task-types/knowledge_qa/").data["risk_tier"] == "high"
 
 
@@ -145,15 +155,21 @@ def test_it_files_a_ticket_and_shows_it(api_for: ApiFor, erin: Any, ticket_id: i
 
 
 def test_it_answers_400_naming_each_bad_ticket_field(api_for: ApiFor, erin: Any, backends: tuple[str, str]) -> None:
-    body = _ticket_body(backends[0], "missing-backend", mechanisms=["teleportation"],
-                        beneficiary_tasks=["no_such_task"], rollback_plan={"sacrifices": "x"})  # fmt: skip
+    body = _ticket_body(
+        backends[0],
+        "missing-backend",
+        mechanisms=["teleportation"],
+        beneficiary_tasks=["no_such_task"],
+        rollback_plan={"sacrifices": "x"},
+    )
     response = api_for(erin).post("/api/v1/tickets/", body, format="json")
     assert response.status_code == 400
     assert {"mechanisms", "beneficiary_tasks", "candidate"} <= set(response.data)
     assert not ReleaseTicket.objects.exists()
 
-    response = api_for(erin).post("/api/v1/tickets/", _ticket_body(*backends, rollback_plan={"sacrifices": "x"}),
-                                  format="json")  # fmt: skip
+    response = api_for(erin).post(
+        "/api/v1/tickets/", _ticket_body(*backends, rollback_plan={"sacrifices": "x"}), format="json"
+    )
     assert response.status_code == 400
     assert "rollback_plan.warmup" in response.data
 
@@ -212,9 +228,12 @@ def test_outsiders_cannot_file_tickets(api_for: ApiFor, olga: Any, backends: tup
 @pytest.mark.database
 def test_it_filters_tickets(api_for: ApiFor, erin: Any, evan: Any, backends: tuple[str, str], ticket_id: int) -> None:
     other = _ticket_body(
-        *backends, title="Prefix caching", mechanisms=["prefix_cache"], beneficiary_tasks=["knowledge_qa"],
+        *backends,
+        title="Prefix caching",
+        mechanisms=["prefix_cache"],
+        beneficiary_tasks=["knowledge_qa"],
         risk_tasks=["compliance_qa"],
-    )  # fmt: skip
+    )
     assert api_for(evan).post("/api/v1/tickets/", other, format="json").status_code == 201
     api_for(erin).post(f"/api/v1/tickets/{ticket_id}/submit/")
     client = api_for(erin)
@@ -257,9 +276,14 @@ def test_the_ticket_list_and_detail_show_exactly_what_the_ticket_serializer_desc
     # Tickets differ in owner, backends, task lists (none, one, several), JSON fields and which
     # times are set: a submitted one, decided and closed, and a retired one (set up directly).
     bare = _ticket_body(
-        backends[1], backends[0], title="No risk tasks", risk_tasks=[], canary_scope={}, description="ünïcode ✓",
+        backends[1],
+        backends[0],
+        title="No risk tasks",
+        risk_tasks=[],
+        canary_scope={},
+        description="ünïcode ✓",
         beneficiary_tasks=["tool_calling", "code_assistant", "knowledge_qa"],
-    )  # fmt: skip
+    )
     bare_id = api_for(evan).post("/api/v1/tickets/", bare, format="json").data["id"]
     ReleaseTicket.objects.filter(pk=bare_id).update(status=TicketStatus.RETIRED, closed_at=timezone.now())
     assert api_for(erin).post(f"/api/v1/tickets/{ticket_id}/submit/").status_code == 200
@@ -325,8 +349,12 @@ def test_the_ledger_api_lists_filters_searches_and_verifies(
     client = api_for(erin)
     client.post(f"/api/v1/tickets/{ticket_id}/submit/")
     ReleaseTicket.objects.filter(pk=ticket_id).update(status=TicketStatus.EVALUATED)
-    ticket_transition(ticket=ReleaseTicket.objects.get(pk=ticket_id), action="reject", actor=rita,
-                      reason="3-bit weights broke SQL joins")  # fmt: skip
+    ticket_transition(
+        ticket=ReleaseTicket.objects.get(pk=ticket_id),
+        action="reject",
+        actor=rita,
+        reason="3-bit weights broke SQL joins",
+    )
 
     listed = client.get("/api/v1/ledger/")
     assert listed.status_code == 200

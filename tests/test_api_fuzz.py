@@ -33,15 +33,16 @@ from hypothesis.stateful import run_state_machine_as_test
 from rest_framework.views import APIView
 from schemathesis.checks import not_a_server_error
 
-from evaluators import imports
+from backends import services as backend_services
+from backends.models import Backend
+from evaluators.imports.services import run_open_for_import
 from evaluators.models import EvaluationRun
-from gates import routing, services, signoff
 from gates.models import ReleaseTicket, TaskType
-from ledger import services as ledger_services
-from ledger.models import Backend, LedgerEntry
+from gates.services import routing, signoff
+from gates.services import tickets as services
+from ledger.models import LedgerEntry
 from optgate.wsgi import application
-from tests.conftest import backend_fields, ticket_fields
-from tests.test_signoff import decided
+from tests.factories import backend_fields, decided, ticket_fields
 
 # Schemathesis sends up to this many generated requests per operation in its fuzzing phase, after
 # its deterministic coverage cases (boundary values, wrong types, missing fields, other methods).
@@ -63,9 +64,13 @@ steps: Counter[str] = Counter()  # requests in linked sequences, per operation
 # that refers to them; filled by ``seeded``. Random ids and names would almost always miss.
 known: dict[str, list[Any]] = {}
 _REFERENCES = {
-    "baseline": "backend-names", "candidate": "backend-names", "rollback_target": "backend-names",
-    "backend": "backend-names", "ticket": "tickets", "task": "task-types",
-}  # fmt: skip
+    "baseline": "backend-names",
+    "candidate": "backend-names",
+    "rollback_target": "backend-names",
+    "backend": "backend-names",
+    "ticket": "tickets",
+    "task": "task-types",
+}
 _LIST_REFERENCES = {"tasks": "task-types", "beneficiary_tasks": "task-types", "risk_tasks": "task-types"}
 
 
@@ -133,8 +138,8 @@ def seeded(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pyte
                 _person("erin", "engineer"),
                 _person("rita", "reviewer"),
             )
-            baseline, _ = ledger_services.backend_register(actor=engineer, **backend_fields(root, "fuzz-bf16"))
-            candidate, _ = ledger_services.backend_register(
+            baseline, _ = backend_services.backend_register(actor=engineer, **backend_fields(root, "fuzz-bf16"))
+            candidate, _ = backend_services.backend_register(
                 actor=engineer,
                 **backend_fields(root, "fuzz-prefix-cache", engine_args={"enable_prefix_caching": True, "seed": 0}),
             )
@@ -149,16 +154,18 @@ def seeded(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pyte
                 ticket=approved, actor=reviewer, verdict="approve", reason_code="evidence_sufficient"
             )
             routing.routes_start_canary(ticket=approved, actor=engineer)
-            imports.run_open_for_import(backend=candidate, tasks=["cs_summary"], actor=engineer)
-            known.update({
-                "tickets": list(ReleaseTicket.objects.values_list("pk", flat=True)),
-                "backends": list(Backend.objects.values_list("pk", flat=True)),
-                "backend-names": list(Backend.objects.values_list("name", flat=True)),
-                "runs": list(EvaluationRun.objects.values_list("pk", flat=True)),
-                "ledger": list(LedgerEntry.objects.values_list("pk", flat=True)[:20]),
-                "task-types": list(TaskType.objects.values_list("slug", flat=True)),
-                "policies": ["default", "default@2"],
-            })  # fmt: skip
+            run_open_for_import(backend=candidate, tasks=["cs_summary"], actor=engineer)
+            known.update(
+                {
+                    "tickets": list(ReleaseTicket.objects.values_list("pk", flat=True)),
+                    "backends": list(Backend.objects.values_list("pk", flat=True)),
+                    "backend-names": list(Backend.objects.values_list("name", flat=True)),
+                    "runs": list(EvaluationRun.objects.values_list("pk", flat=True)),
+                    "ledger": list(LedgerEntry.objects.values_list("pk", flat=True)[:20]),
+                    "task-types": list(TaskType.objects.values_list("slug", flat=True)),
+                    "policies": ["default", "default@2"],
+                }
+            )
             yield admin
             known.clear()
         finally:
@@ -203,8 +210,17 @@ def _link(operation_id: str, **parameters: str) -> dict[str, Any]:
 
 
 _FIRST_ID, _ID = "$response.body#/results/0/id", "$response.body#/id"
-_TICKET_ACTIONS = ("submit", "evaluate", "cancel_evaluation", "request_evidence", "sign_off", "start_canary",
-                   "promote", "roll_back", "retire")  # fmt: skip
+_TICKET_ACTIONS = (
+    "submit",
+    "evaluate",
+    "cancel_evaluation",
+    "request_evidence",
+    "sign_off",
+    "start_canary",
+    "promote",
+    "roll_back",
+    "retire",
+)
 # (operation, status) → links: from the lists to their first item, and from a ticket to its actions.
 LINKS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("v1_tickets_list", "200"): {
@@ -266,6 +282,8 @@ def test_the_fuzzer_sent_enough_cases() -> None:
     if len(sent) < OPERATIONS:
         pytest.skip(f"only {len(sent)} of the {OPERATIONS} operations were fuzzed in this session")
     total = sum(sent.values())
-    print(f"schemathesis sent {total} generated requests over {OPERATIONS} operations, "
-          f"and {sum(steps.values())} more in linked sequences")  # fmt: skip
+    print(
+        f"schemathesis sent {total} generated requests over {OPERATIONS} operations, "
+        f"and {sum(steps.values())} more in linked sequences"
+    )
     assert total >= MINIMUM_TOTAL_CASES, sent

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from ledger import services
-from ledger.models import Backend, LedgerEntry
-from optgate.errors import DomainError, InvalidInput
-from tests.conftest import backend_fields
+from backends import services
+from backends.models import Backend
+from core.errors import DomainError, InvalidInput
+from ledger.models import LedgerEntry
+from tests.factories import backend_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -22,8 +23,12 @@ def _register(erin: Any, fields: dict[str, Any]) -> Backend:
 
 
 def test_it_fingerprints_the_same_config_identically_in_any_key_order(erin: Any, model_root: Path) -> None:
-    fields = backend_fields(model_root, "a", engine_args={"seed": 0, "max_model_len": 2048, "max_num_seqs": 8},
-                            sampling_params={"top_p": 1.0, "temperature": 0.0})  # fmt: skip
+    fields = backend_fields(
+        model_root,
+        "a",
+        engine_args={"seed": 0, "max_model_len": 2048, "max_num_seqs": 8},
+        sampling_params={"top_p": 1.0, "temperature": 0.0},
+    )
     reordered = dict(reversed(list(fields.items())))
     reordered["engine_args"] = dict(reversed(list(fields["engine_args"].items())))
     reordered["sampling_params"] = dict(reversed(list(fields["sampling_params"].items())))

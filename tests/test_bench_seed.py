@@ -13,12 +13,13 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from gates import services
-from gates.decisions import decision_current
+from backends.models import Backend
 from gates.models import GateDecision, ReleaseTicket, SignOff, TicketStatus
-from ledger.models import Backend, LedgerEntry, LedgerHead
+from gates.selectors.decisions import decision_current
+from gates.services import tickets as services
+from ledger.models import LedgerEntry, LedgerHead
 from ledger.selectors import ledger_verify
-from tests.conftest import ticket_fields
+from tests.factories import ticket_fields
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]
 

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from gates import decisions, services
 from gates.models import ReleaseTicket, RouteTableVersion, TicketStatus
-from tests.test_gate_decisions import drop_passes, outcomes, store_run, task_spec
+from gates.services import decisions
+from gates.services import tickets as services
+from tests.factories import drop_passes, outcomes, store_run, task_spec
 from workers.tasks import evaluate_ticket
 
 CHROMIUM = Path("/usr/bin/chromium")

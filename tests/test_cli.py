@@ -19,14 +19,13 @@ import pytest
 import yaml
 from django.contrib.auth.models import User
 
+import optgate_cli.main as cli
+from accounts.services import api_token_issue
+from backends.models import Backend
 from evaluators.models import RunStatus
-from gates import decisions, routing
 from gates.models import GateDecision, ReleaseTicket
-from gates.tokens import api_token_issue
-from ledger.models import Backend
-from optgate import cli
-from tests.conftest import backend_fields
-from tests.test_gate_decisions import evaluating_ticket, outcomes, scenario, store_run, task_spec, tasks
+from gates.services import decisions, routing
+from tests.factories import backend_fields, evaluating_ticket, outcomes, scenario, store_run, task_spec, tasks
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -54,8 +53,15 @@ def judged(outcome: str, owner: User, baseline: Backend, candidate: Backend) -> 
         good = outcomes(200, 0.9, 3)
         base = store_run(baseline, {"cs_summary": task_spec(good), "knowledge_qa": task_spec(good)})
         crashed = store_run(candidate, {}, status=RunStatus.ERROR, error="engine did not become healthy")
-        ticket = evaluating_ticket(owner, baseline, candidate, base, crashed, beneficiary_tasks=tasks("cs_summary"),
-                                   risk_tasks=tasks("knowledge_qa"))  # fmt: skip
+        ticket = evaluating_ticket(
+            owner,
+            baseline,
+            candidate,
+            base,
+            crashed,
+            beneficiary_tasks=tasks("cs_summary"),
+            risk_tasks=tasks("knowledge_qa"),
+        )
     else:
         ticket = scenario(outcome, owner, baseline, candidate)
     decision = decisions.decision_make(ticket=ticket)
@@ -166,8 +172,14 @@ def test_server_and_token_come_from_the_environment(
 def test_help_lists_the_exit_codes(capsys: Any) -> None:
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
-    for code, word in ((0, "approve"), (10, "restrict"), (20, "reject"), (30, "inconclusive"), (40, "error"),
-                       (2, "usage")):  # fmt: skip
+    for code, word in (
+        (0, "approve"),
+        (10, "restrict"),
+        (20, "reject"),
+        (30, "inconclusive"),
+        (40, "error"),
+        (2, "usage"),
+    ):
         assert any(line.split()[:2] == [str(code), word] for line in text.splitlines()), (code, text)
     assert "OPTGATE_URL" in text and "OPTGATE_TOKEN" in text
 
@@ -182,7 +194,6 @@ def fake_workers(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     Maps a ticket title to the outcome its stored evidence should lead to.
     """
     wanted: dict[str, str] = {}
-    import workers.services
 
     def evaluation_request(*, ticket: ReleaseTicket, actor: Any) -> ReleaseTicket:
         outcome = wanted[ticket.title]
@@ -194,14 +205,15 @@ def fake_workers(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         GateDecision.objects.filter(ticket=stand_in).update(ticket=ticket)
         return ReleaseTicket.objects.get(pk=ticket.pk)
 
-    monkeypatch.setattr(workers.services, "evaluation_request", evaluation_request)
+    monkeypatch.setattr("gates.services.actions.evaluation_request", evaluation_request)
     return wanted
 
 
 def ticket_document(model_root: Path, title: str) -> dict[str, Any]:
     base = backend_fields(model_root, "ci-baseline")
-    cand = backend_fields(model_root, "ci-candidate", engine_args={"max_model_len": 2048, "seed": 0,
-                                                                   "max_num_batched_tokens": 4096})  # fmt: skip
+    cand = backend_fields(
+        model_root, "ci-candidate", engine_args={"max_model_len": 2048, "seed": 0, "max_num_batched_tokens": 4096}
+    )
     return {
         "backends": [base, cand],
         "ticket": {
@@ -232,9 +244,14 @@ def ticket_document(model_root: Path, title: str) -> dict[str, Any]:
     [("approve", 0, ".yaml"), ("restrict", 10, ".json"), ("reject", 20, ".yaml"), ("needs_evidence", 30, ".yaml")],
 )
 def test_gate_files_registers_evaluates_waits_and_exits_by_the_verdict(
-    run_cli: Any, fake_workers: dict[str, str], model_root: Path, outcome: str, code: int, suffix: str,
+    run_cli: Any,
+    fake_workers: dict[str, str],
+    model_root: Path,
+    outcome: str,
+    code: int,
+    suffix: str,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     title = f"Bigger batches ({outcome})"
     fake_workers[title] = outcome
     document = ticket_document(model_root, title)
@@ -296,17 +313,24 @@ def test_routes_export_writes_a_litellm_config(run_cli: Any, ada: User, baseline
 def scripted_server(states: list[tuple[str, list[dict[str, Any]]]]) -> httpx.MockTransport:
     """Each ticket poll advances one state; runs answer with that state's runs."""
     position = {"i": -1}
-    decision = {"id": 7, "outcome": "approve", "signed_verdict": "", "policy_version": "default@1",
-                "verdicts": {"cs_summary": {"role": "beneficiary", "status": "pass", "reason": "faster"}},
-                "reasons": ["all tasks pass"], "samples_needed": {}}  # fmt: skip
+    decision = {
+        "id": 7,
+        "outcome": "approve",
+        "signed_verdict": "",
+        "policy_version": "default@1",
+        "verdicts": {"cs_summary": {"role": "beneficiary", "status": "pass", "reason": "faster"}},
+        "reasons": ["all tasks pass"],
+        "samples_needed": {},
+    }
 
     def handler(request: httpx.Request) -> httpx.Response:
         path = request.url.path
         if path == "/api/v1/tickets/5/":
             position["i"] = min(position["i"] + 1, len(states) - 1)
             status = states[position["i"]][0]
-            return httpx.Response(200, json={"id": 5, "status": status, "baseline": {"name": "b"},
-                                             "candidate": {"name": "c"}})  # fmt: skip
+            return httpx.Response(
+                200, json={"id": 5, "status": status, "baseline": {"name": "b"}, "candidate": {"name": "c"}}
+            )
         if path == "/api/v1/runs/":
             return httpx.Response(200, json={"results": states[position["i"]][1]})
         if path == "/api/v1/tickets/5/decision/":
@@ -317,14 +341,24 @@ def scripted_server(states: list[tuple[str, list[dict[str, Any]]]]) -> httpx.Moc
 
 
 def test_wait_shows_each_change_of_the_ticket_and_its_runs_once() -> None:
-    running = [{"id": 1, "backend": "b", "status": "running", "progress": 40, "phase": "quality cs_summary"},
-               {"id": 2, "backend": "c", "status": "queued", "progress": 0, "phase": ""}]  # fmt: skip
+    running = [
+        {"id": 1, "backend": "b", "status": "running", "progress": 40, "phase": "quality cs_summary"},
+        {"id": 2, "backend": "c", "status": "queued", "progress": 0, "phase": ""},
+    ]
     later = [{**running[0], "progress": 70, "phase": "load cs_summary"}, {**running[1], "status": "running"}]
-    transport = scripted_server([("submitted", []), ("evaluating", running), ("evaluating", running),
-                                 ("evaluating", later), ("evaluated", later)])  # fmt: skip
+    transport = scripted_server(
+        [
+            ("submitted", []),
+            ("evaluating", running),
+            ("evaluating", running),
+            ("evaluating", later),
+            ("evaluated", later),
+        ]
+    )
     out = io.StringIO()
-    code = cli.main(["--url", "http://optgate.test", "--token", "t", "wait", "5", "--poll", "0"], out=out,
-                    transport=transport)  # fmt: skip
+    code = cli.main(
+        ["--url", "http://optgate.test", "--token", "t", "wait", "5", "--poll", "0"], out=out, transport=transport
+    )
     lines = out.getvalue().splitlines()
     assert code == 0
     progress = [line for line in lines if line.startswith("ticket #5")]
@@ -349,10 +383,12 @@ def test_the_client_runs_as_a_plain_module_without_django_settings() -> None:
     import sys
 
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    done = subprocess.run([sys.executable, "-m", "optgate.cli", "--help"], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "optgate_cli", "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "40  error" in done.stdout
-    usage = subprocess.run([sys.executable, "-m", "optgate.cli", "decision", "1"], env=env, capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
+    usage = subprocess.run(
+        [sys.executable, "-m", "optgate_cli", "decision", "1"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert usage.returncode == 2 and "no server URL" in usage.stderr

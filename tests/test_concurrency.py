@@ -24,12 +24,12 @@ from django.db import connection, transaction
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
-from gates import decisions
 from gates.models import GateDecision, ReleaseTicket, SignOff, TicketStatus
+from gates.services import decisions
 from ledger.models import LedgerEntry, LedgerHead
 from ledger.selectors import ledger_verify
 from ledger.services import ledger_append
-from tests.test_gate_decisions import scenario
+from tests.factories import scenario
 
 # serialized_rollback: the transactional flush would otherwise drop the seeded task types and roles.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -98,8 +98,7 @@ def evaluated(outcome: str, owner: User, baseline: Any, candidate: Any) -> tuple
     return ticket, decision
 
 
-def test_it_lets_exactly_one_of_fifty_reviewers_sign_off_a_decision(erin: User, baseline: Any,
-                                                                     candidate: Any) -> None:  # fmt: skip
+def test_it_lets_exactly_one_of_fifty_reviewers_sign_off_a_decision(erin: User, baseline: Any, candidate: Any) -> None:
     """Fifty reviewers sign off one decision at once; its tasks are medium risk, so one platform
     sign-off agreeing with the policy is enough to approve. The sign-off that moves the ticket
     must be exclusive: the first one approves, every other one finds the ticket approved (409),
@@ -129,8 +128,9 @@ def test_it_lets_exactly_one_of_fifty_reviewers_sign_off_a_decision(erin: User, 
     assert ledger_verify().ok
 
 
-def test_a_reviewer_signing_fifty_times_at_once_is_recorded_once(erin: User, rita: User, baseline: Any,
-                                                                  candidate: Any) -> None:  # fmt: skip
+def test_a_reviewer_signing_fifty_times_at_once_is_recorded_once(
+    erin: User, rita: User, baseline: Any, candidate: Any
+) -> None:
     """One reviewer double-clicks fifty times on a high-risk decision. A platform sign-off alone
     does not move it (a business owner must sign too), so here the exclusive step is the
     reviewer's one sign-off per decision: one is recorded, the other forty-nine are 409 (not a
@@ -182,8 +182,14 @@ def test_fifty_concurrent_ledger_appends_form_one_unforked_chain(db: None) -> No
 
     def append(index: int) -> int:
         with transaction.atomic(durable=True):
-            entry = ledger_append(kind="test.append", subject_type="test", subject_id=index,
-                                  subject_name=f"writer {index}", actor=None, payload={"writer": index})  # fmt: skip
+            entry = ledger_append(
+                kind="test.append",
+                subject_type="test",
+                subject_id=index,
+                subject_name=f"writer {index}",
+                actor=None,
+                payload={"writer": index},
+            )
         return entry.seq
 
     seqs = race(append)

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from tests.conftest import assert_prefix_cache_judged
 from tests.demo_evidence import LOW_BIT, DemoEvidence
+from tests.factories import assert_prefix_cache_judged
 
 pytestmark = pytest.mark.engine
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from evaluators.engine import find_free_port, group_alive, port_is_free, process_alive, process_descendants
+from evaluators.processes import find_free_port, group_alive, port_is_free, process_alive, process_descendants
 
 pytestmark = pytest.mark.engine
 

@@ -17,15 +17,27 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SECURITY_SETTINGS = (
-    "DEBUG", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD",
-    "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_PROXY_SSL_HEADER",
-)  # fmt: skip
+    "DEBUG",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+    "SECURE_PROXY_SSL_HEADER",
+)
 # Variables of the surrounding shell that would change what a case means.
 CONFIG_VARIABLES = (
-    "DEBUG", "OPTGATE_EMBEDDED", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "DB_CONN_MAX_AGE", "CELERY_BROKER_URL",
+    "DEBUG",
+    "OPTGATE_EMBEDDED",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "DATABASE_URL",
+    "DB_CONN_MAX_AGE",
+    "CELERY_BROKER_URL",
     "CACHE_URL",
     *SECURITY_SETTINGS,
-)  # fmt: skip
+)
 
 
 def environment(tmp_path: Path, **variables: str) -> dict[str, str]:
@@ -37,8 +49,12 @@ def environment(tmp_path: Path, **variables: str) -> dict[str, str]:
 
 def production(tmp_path: Path, **variables: str) -> dict[str, str]:
     """DEBUG off, OPTGATE_EMBEDDED=0, a long random SECRET_KEY and a real host name; then ``variables``."""
-    settings = {"DEBUG": "0", "OPTGATE_EMBEDDED": "0", "SECRET_KEY": secrets.token_urlsafe(50),
-                "ALLOWED_HOSTS": "optgate.example.com"}  # fmt: skip
+    settings = {
+        "DEBUG": "0",
+        "OPTGATE_EMBEDDED": "0",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "optgate.example.com",
+    }
     return environment(tmp_path, **{**settings, **variables})
 
 
@@ -93,10 +109,15 @@ def test_the_embedded_quick_start_keeps_plain_http(tmp_path: Path) -> None:
 
 
 def test_each_option_follows_its_variable(tmp_path: Path) -> None:
-    tuned = security_settings(production(
-        tmp_path, SECURE_SSL_REDIRECT="0", SECURE_HSTS_SECONDS="600", SECURE_HSTS_PRELOAD="off",
-        SECURE_PROXY_SSL_HEADER="X-Scheme=https",
-    ))  # fmt: skip
+    tuned = security_settings(
+        production(
+            tmp_path,
+            SECURE_SSL_REDIRECT="0",
+            SECURE_HSTS_SECONDS="600",
+            SECURE_HSTS_PRELOAD="off",
+            SECURE_PROXY_SSL_HEADER="X-Scheme=https",
+        )
+    )
     assert tuned["SECURE_SSL_REDIRECT"] is False
     assert tuned["SECURE_HSTS_SECONDS"] == 600
     assert tuned["SECURE_HSTS_PRELOAD"] is False

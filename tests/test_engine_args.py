@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from evaluators.engine_args import (
+from backends.engine_args import (
     SERVER_MODULE,
     EngineArgsError,
     ModelPathError,
     build_serve_argv,
     ensure_model_allowed,
     validate_engine_args,
-    validate_with_vllm,
 )
+from backends.vllm_check import validate_with_vllm
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 
@@ -123,9 +123,19 @@ def test_it_builds_argv_as_a_list_with_bare_and_negated_flags_and_json() -> None
         port=8123,
     )
     assert argv[:12] == [
-        "/venv/bin/python", "-m", SERVER_MODULE, "--model", "/models/tiny", "--served-model-name", "cand",
-        "--host", "127.0.0.1", "--port", "8123", "--enable-prefix-caching",
-    ]  # fmt: skip
+        "/venv/bin/python",
+        "-m",
+        SERVER_MODULE,
+        "--model",
+        "/models/tiny",
+        "--served-model-name",
+        "cand",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--enable-prefix-caching",
+    ]
     assert argv[12:] == [
         "--no-enforce-eager",
         "--max-num-seqs",
@@ -186,7 +196,7 @@ def test_vllm_parser_accepts_a_realistic_candidate() -> None:
 def test_one_child_process_checks_several_argument_sets_and_each_verdict_is_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from evaluators import vllm_check
+    from backends import vllm_check
 
     monkeypatch.setattr(vllm_check, "_verdicts", {})
     good, removed, also_good = {"max_num_seqs": 8}, {"swap_space": 4}, {"enable_prefix_caching": True}

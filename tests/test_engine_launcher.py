@@ -22,21 +22,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backends.engine_args import EngineArgsError, ModelPathError
 from evaluators.engine import (
     EngineHandle,
     EngineStartError,
     attach_engine,
     engine_env,
     find_error_line,
-    group_alive,
-    kill_process_group,
     launch_engine,
-    port_is_free,
-    process_alive,
 )
-from evaluators.engine_args import EngineArgsError, ModelPathError
 from evaluators.engine_metrics import derive_engine_evidence, scrape_metrics
 from evaluators.loadgen import build_workload, run_load_sync
+from evaluators.processes import group_alive, kill_process_group, port_is_free, process_alive
 from tests.engine_fixtures import _CORPUS, break_model_config, build_tiny_llama
 
 HAS_ENGINE_STACK = all(importlib.util.find_spec(m) is not None for m in ("vllm", "torch", "transformers", "tokenizers"))

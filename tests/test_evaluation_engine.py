@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from backends.services import backend_register
 from evaluators import services
 from evaluators.engine import EngineHandle, launch_engine
-from evaluators.kit import BASE, Kit, ensure_kit
 from evaluators.models import RunStatus, SampleRecord
 from evaluators.suites import get_suite
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
-from ledger.services import backend_register
-from tests.conftest import assert_prefix_cache_judged
 from tests.demo_evidence import BASELINE, LOW_BIT, NGRAM, PREFIX_CACHE, DemoEvidence
+from tests.factories import assert_prefix_cache_judged
+from tools.kit import BASE, Kit, ensure_kit
 
 pytestmark = pytest.mark.engine
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from backends.models import Backend
+from core.errors import DomainError, InvalidInput
 from evaluators import services
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
-from ledger.models import Backend, LedgerEntry
-from optgate.errors import DomainError, InvalidInput
+from ledger.models import LedgerEntry
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
@@ -36,8 +37,9 @@ def test_it_reuses_a_matching_run_and_not_a_different_one(baseline: Backend, can
     assert not reused
     other_backend, reused = services.run_request(backend=candidate, tasks=["knowledge_qa"])
     assert not reused
-    other_profile, reused = services.run_request(backend=baseline, tasks=["knowledge_qa"],
-                                                 load_profile={"concurrency": 8})  # fmt: skip
+    other_profile, reused = services.run_request(
+        backend=baseline, tasks=["knowledge_qa"], load_profile={"concurrency": 8}
+    )
     assert not reused
     assert len({first.pk, other_tasks.pk, other_backend.pk, other_profile.pk}) == 4
 

@@ -23,16 +23,25 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from evaluators import imports
+import optgate_cli.main as cli
+from accounts.services import api_token_issue
+from backends.models import Backend
+from backends.services import backend_register
+from core.errors import DomainError, InvalidInput
+from evaluators.imports.parsing import (
+    IMPORT_PHASE,
+    load_json_document,
+    load_jsonl_records,
+    parse_lm_eval,
+    parse_vllm_bench,
+)
+from evaluators.imports.services import evidence_import_bench
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
-from evaluators.selectors import run_task_evidence
 from evaluators.suites import get_suite
-from gates.tokens import api_token_issue
-from ledger.models import Backend, LedgerEntry
+from evaluators.suites.lm_eval_task import write_task_folder
+from gates.selectors.evidence import run_task_evidence
+from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
-from ledger.services import backend_register
-from optgate import cli
-from optgate.errors import DomainError, InvalidInput
 
 TASK = "compliance_qa"
 SERVED = "import-tiny"
@@ -68,33 +77,93 @@ def _bench(base_url: str, model_dir: Path, out: Path) -> Path:
     dataset.write_text("".join(json.dumps({"prompt": p, "output_tokens": 12}) + "\n" for p in prompts))
     parser = FlexibleArgumentParser()
     vllm_serve.add_cli_args(parser)
-    args = parser.parse_args([
-        "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
-        "--model", str(model_dir), "--served-model-name", SERVED,
-        "--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len", "-1",
-        "--skip-chat-template", "--num-prompts", str(BENCH_PROMPTS), "--max-concurrency", str(CONCURRENCY),
-        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", "0",
-        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,95,99",
-        "--ready-check-timeout-sec", "0", "--disable-tqdm",
-        "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", "bench.json",
-        "--metadata", f"served_model_name={SERVED}",
-    ])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "--backend",
+            "openai",
+            "--base-url",
+            base_url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            SERVED,
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(dataset),
+            "--custom-output-len",
+            "-1",
+            "--skip-chat-template",
+            "--num-prompts",
+            str(BENCH_PROMPTS),
+            "--max-concurrency",
+            str(CONCURRENCY),
+            "--request-rate",
+            "inf",
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--seed",
+            "0",
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,90,95,99",
+            "--ready-check-timeout-sec",
+            "0",
+            "--disable-tqdm",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(out),
+            "--result-filename",
+            "bench.json",
+            "--metadata",
+            f"served_model_name={SERVED}",
+        ]
+    )
     vllm_serve.main(args)
     return out / "bench.json"
 
 
 def _lm_eval(base_url: str, out: Path) -> tuple[Path, Path]:
     task_dir = out / "tasks"
-    task_name = get_suite(TASK).write_lm_eval_task(task_dir)
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    task_name = write_task_folder(get_suite(TASK), task_dir)
+    env = {
+        **os.environ,
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     model_args = f"model={SERVED},base_url={base_url}/v1/chat/completions,num_concurrent=4,max_retries=1"
     done = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--model", "local-chat-completions", "--model_args", model_args,
-         "--tasks", task_name, "--include_path", str(task_dir), "--apply_chat_template", "--log_samples",
-         "--output_path", str(out / "lm-eval"), "--limit", str(LM_EVAL_LIMIT)],
-        cwd=REPO, env=env, timeout=900, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "local-chat-completions",
+            "--model_args",
+            model_args,
+            "--tasks",
+            task_name,
+            "--include_path",
+            str(task_dir),
+            "--apply_chat_template",
+            "--log_samples",
+            "--output_path",
+            str(out / "lm-eval"),
+            "--limit",
+            str(LM_EVAL_LIMIT),
+        ],
+        cwd=REPO,
+        env=env,
+        timeout=900,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (results,) = (out / "lm-eval").rglob("results_*.json")
     (samples,) = (out / "lm-eval").rglob(f"samples_{task_name}_*.jsonl")
@@ -107,9 +176,14 @@ def real_files(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     from evaluators.engine import launch_engine
 
     out = tmp_path_factory.mktemp("import-files")
-    with launch_engine(model_path=model_dir, served_model_name=SERVED,
-                       engine_args={"max_model_len": 2048, "max_num_seqs": 8}, log_path=out / "engine.log",
-                       model_roots=[model_dir.parent], startup_timeout_s=900) as engine:  # fmt: skip
+    with launch_engine(
+        model_path=model_dir,
+        served_model_name=SERVED,
+        engine_args={"max_model_len": 2048, "max_num_seqs": 8},
+        log_path=out / "engine.log",
+        model_roots=[model_dir.parent],
+        startup_timeout_s=900,
+    ) as engine:
         bench = _bench(engine.base_url, model_dir, out)
         results, samples = _lm_eval(engine.base_url, out)
     yield {"bench": bench, "results": results, "samples": samples, "model_dir": model_dir}
@@ -118,14 +192,22 @@ def real_files(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 @pytest.fixture
 def tiny_backend(real_files: dict[str, Path], settings: Any, erin: User) -> Backend:
     settings.OPTGATE_MODEL_ROOTS = [real_files["model_dir"].parent]
-    backend, _ = backend_register(actor=erin, name=SERVED, model_id="optgate/tiny-random", model_revision="random",
-                                  model_path=str(real_files["model_dir"]), engine_version="0.32.0",
-                                  hardware_class="cpu-avx2", engine_args={"max_model_len": 2048})  # fmt: skip
+    backend, _ = backend_register(
+        actor=erin,
+        name=SERVED,
+        model_id="optgate/tiny-random",
+        model_revision="random",
+        model_path=str(real_files["model_dir"]),
+        engine_version="0.32.0",
+        hardware_class="cpu-avx2",
+        engine_args={"max_model_len": 2048},
+    )
     return backend
 
 
-def upload(api: Any, run: int, kind: str, path: Path | bytes, *, samples: Path | bytes | None = None,
-           task: str = TASK) -> Any:  # fmt: skip
+def upload(
+    api: Any, run: int, kind: str, path: Path | bytes, *, samples: Path | bytes | None = None, task: str = TASK
+) -> Any:
     def as_file(name: str, value: Path | bytes) -> SimpleUploadedFile:
         content = value.read_bytes() if isinstance(value, Path) else value
         return SimpleUploadedFile(value.name if isinstance(value, Path) else name, content)
@@ -139,7 +221,7 @@ def upload(api: Any, run: int, kind: str, path: Path | bytes, *, samples: Path |
 def open_run(api: Any, backend: str = SERVED, tasks: list[str] | None = None, **extra: Any) -> int:
     response = api.post("/api/v1/runs/", {"backend": backend, "tasks": tasks or [TASK], **extra}, format="json")
     assert response.status_code == 201, response.json()
-    assert (response.json()["status"], response.json()["phase"]) == ("running", imports.IMPORT_PHASE)
+    assert (response.json()["status"], response.json()["phase"]) == ("running", IMPORT_PHASE)
     return int(response.json()["id"])
 
 
@@ -303,8 +385,20 @@ def test_the_cli_imports_the_real_files_into_an_import_run(
     assert optgate("evidence", "open", SERVED, "--task", TASK) == 0
     run = EvaluationRun.objects.get(backend=tiny_backend)
     assert optgate("evidence", "import", str(run.pk), "--task", TASK, "--vllm-bench", str(real_files["bench"])) == 0
-    assert optgate("evidence", "import", str(run.pk), "--task", TASK, "--lm-eval-results", str(real_files["results"]),
-                   "--lm-eval-samples", str(real_files["samples"])) == 0  # fmt: skip
+    assert (
+        optgate(
+            "evidence",
+            "import",
+            str(run.pk),
+            "--task",
+            TASK,
+            "--lm-eval-results",
+            str(real_files["results"]),
+            "--lm-eval-samples",
+            str(real_files["samples"]),
+        )
+        == 0
+    )
     assert optgate("evidence", "close", str(run.pk)) == 0
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
@@ -317,25 +411,45 @@ def test_the_cli_imports_the_real_files_into_an_import_run(
 def bench_document(**overrides: Any) -> dict[str, Any]:
     """A minimal well-formed ``vllm bench serve`` result with per-request arrays."""
     document: dict[str, Any] = {
-        "date": "20261129-101010", "endpoint_type": "openai", "backend": "openai", "label": None,
-        "model_id": "optgate/kit-base", "tokenizer_id": "optgate/kit-base", "num_prompts": 2,
-        "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 4, "duration": 2.0, "completed": 2,
-        "failed": 0, "total_input_tokens": 20, "total_output_tokens": 8, "request_throughput": 1.0,
-        "output_throughput": 4.0, "input_lens": [10, 10], "output_lens": [4, 4], "ttfts": [0.1, 0.2],
-        "itls": [[0.05, 0.05, 0.05], [0.05, 0.05, 0.05]], "latencies": [0.25, 0.35], "errors": ["", ""],
-        "start_times": [100.0, 100.5], "mean_ttft_ms": 150.0, "median_ttft_ms": 150.0, "p99_ttft_ms": 199.0,
-    }  # fmt: skip
+        "date": "20261129-101010",
+        "endpoint_type": "openai",
+        "backend": "openai",
+        "label": None,
+        "model_id": "optgate/kit-base",
+        "tokenizer_id": "optgate/kit-base",
+        "num_prompts": 2,
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": 4,
+        "duration": 2.0,
+        "completed": 2,
+        "failed": 0,
+        "total_input_tokens": 20,
+        "total_output_tokens": 8,
+        "request_throughput": 1.0,
+        "output_throughput": 4.0,
+        "input_lens": [10, 10],
+        "output_lens": [4, 4],
+        "ttfts": [0.1, 0.2],
+        "itls": [[0.05, 0.05, 0.05], [0.05, 0.05, 0.05]],
+        "latencies": [0.25, 0.35],
+        "errors": ["", ""],
+        "start_times": [100.0, 100.5],
+        "mean_ttft_ms": 150.0,
+        "median_ttft_ms": 150.0,
+        "p99_ttft_ms": 199.0,
+    }
     document.update(overrides)
     return document
 
 
 def test_a_well_formed_bench_document_maps_onto_the_load_generator_shape() -> None:
-    evidence = imports.parse_vllm_bench(bench_document())
+    evidence = parse_vllm_bench(bench_document())
     assert evidence.performance["completed"] == 2
     assert evidence.performance["ttft_ms"]["median"] == pytest.approx(150.0)
     assert evidence.requests[1]["tpot_s"] == pytest.approx((0.35 - 0.2) / 3)
     assert evidence.requests[1]["start_s"] == pytest.approx(0.5)
-    aggregates_only = imports.parse_vllm_bench({k: v for k, v in bench_document().items() if k != "ttfts"})
+    aggregates_only = parse_vllm_bench({k: v for k, v in bench_document().items() if k != "ttfts"})
     assert aggregates_only.requests == [] and aggregates_only.performance["ttft_ms"]["p99"] == 199.0
 
 
@@ -355,7 +469,7 @@ def test_a_well_formed_bench_document_maps_onto_the_load_generator_shape() -> No
 )
 def test_malformed_bench_documents_are_refused_naming_the_field(document: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidInput) as refused:
-        imports.parse_vllm_bench(document)
+        parse_vllm_bench(document)
     assert list(refused.value.errors) == [field]
 
 
@@ -365,27 +479,27 @@ def test_malformed_bench_documents_are_refused_naming_the_field(document: dict[s
 )
 def test_files_that_are_not_json_objects_are_refused(raw: bytes, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
-        imports.load_json_document(raw, field_name="file")
+        load_json_document(raw, field_name="file")
 
 
 def test_appended_bench_results_take_the_last_one() -> None:
     raw = (json.dumps(bench_document(completed=1, failed=1)) + "\n" + json.dumps(bench_document())).encode()
-    assert imports.load_json_document(raw, field_name="file")["completed"] == 2
+    assert load_json_document(raw, field_name="file")["completed"] == 2
 
 
 def test_malformed_lm_eval_files_are_refused() -> None:
     with pytest.raises(InvalidInput, match="line 2 is not JSON"):
-        imports.load_jsonl_records(b'{"doc": {}}\n{oops\n', field_name="samples")
+        load_jsonl_records(b'{"doc": {}}\n{oops\n', field_name="samples")
     with pytest.raises(InvalidInput, match="does not look like an lm-eval results file"):
-        imports.parse_lm_eval({"accuracy": 1}, [], task=TASK)
+        parse_lm_eval({"accuracy": 1}, [], task=TASK)
     results = {"results": {"optgate_compliance_qa": {"passed,none": 1.0}}, "config": {"model_args": "model=x"}}
     with pytest.raises(InvalidInput, match="--log_samples"):
-        imports.parse_lm_eval(results, None, task=TASK)
+        parse_lm_eval(results, None, task=TASK)
     with pytest.raises(InvalidInput) as refused:
-        imports.parse_lm_eval(results, [{"doc": {"id": "nope"}, "resps": [["x"]]}], task=TASK)
+        parse_lm_eval(results, [{"doc": {"id": "nope"}, "resps": [["x"]]}], task=TASK)
     assert list(refused.value.errors) == ["samples[0].doc.id"]
     with pytest.raises(InvalidInput) as unknown:
-        imports.parse_lm_eval(results, [], task="no_such_task")
+        parse_lm_eval(results, [], task="no_such_task")
     assert list(unknown.value.errors) == ["task"]
 
 
@@ -403,36 +517,55 @@ def test_evidence_goes_only_into_an_open_import_run_for_its_tasks(
         api_for(olga).post("/api/v1/runs/", {"backend": baseline.name, "tasks": [TASK]}, format="json").status_code
         == 403
     )
-    native = EvaluationRun.objects.create(backend=baseline, tasks=[TASK], engine_version="0.32.0", hardware_class="cpu",
-                                          reuse_key="native", status=RunStatus.SUCCEEDED)  # fmt: skip
+    native = EvaluationRun.objects.create(
+        backend=baseline,
+        tasks=[TASK],
+        engine_version="0.32.0",
+        hardware_class="cpu",
+        reuse_key="native",
+        status=RunStatus.SUCCEEDED,
+    )
     with pytest.raises(DomainError, match="opened for import"):
-        imports.evidence_import_bench(run=native, task=TASK, document=bench_document(), actor=erin)
+        evidence_import_bench(run=native, task=TASK, document=bench_document(), actor=erin)
     assert upload(api, native.pk, "vllm_bench", json.dumps(bench_document()).encode()).status_code == 409
 
 
 @pytest.mark.django_db
-def test_the_runs_api_lists_a_tickets_runs_with_progress(api_for: Any, erin: User, baseline: Backend,
-                                                         candidate: Backend, draft: Any) -> None:  # fmt: skip
+def test_the_runs_api_lists_a_tickets_runs_with_progress(
+    api_for: Any, erin: User, baseline: Backend, candidate: Backend, draft: Any
+) -> None:
     from gates.models import ReleaseTicket
 
-    runs = [EvaluationRun.objects.create(backend=b, tasks=[TASK], engine_version="0.32.0", hardware_class="cpu",
-                                         reuse_key=b.name, status=RunStatus.RUNNING, phase="quality", progress=40)
-            for b in (baseline, candidate)]  # fmt: skip
+    runs = [
+        EvaluationRun.objects.create(
+            backend=b,
+            tasks=[TASK],
+            engine_version="0.32.0",
+            hardware_class="cpu",
+            reuse_key=b.name,
+            status=RunStatus.RUNNING,
+            phase="quality",
+            progress=40,
+        )
+        for b in (baseline, candidate)
+    ]
     ReleaseTicket.objects.filter(pk=draft.pk).update(baseline_run=runs[0], candidate_run=runs[1])
-    EvaluationRun.objects.create(backend=baseline, tasks=[TASK], engine_version="0.32.0", hardware_class="cpu",
-                                 reuse_key="unrelated")  # fmt: skip
+    EvaluationRun.objects.create(
+        backend=baseline, tasks=[TASK], engine_version="0.32.0", hardware_class="cpu", reuse_key="unrelated"
+    )
     listed = api_for(erin).get("/api/v1/runs/", {"ticket": draft.pk}).json()
     assert listed["count"] == 2
     assert {(r["backend"], r["status"], r["progress"], r["phase"]) for r in listed["results"]} == {
-        (baseline.name, "running", 40, "quality"), (candidate.name, "running", 40, "quality"),
-    }  # fmt: skip
+        (baseline.name, "running", 40, "quality"),
+        (candidate.name, "running", 40, "quality"),
+    }
     assert api_for(erin).get("/api/v1/runs/", {"ticket": 999999}).json()["count"] == 0
 
 
 def test_a_deep_copy_of_a_bench_document_is_not_mutated_by_parsing() -> None:
     document = bench_document()
     before = copy.deepcopy(document)
-    imports.parse_vllm_bench(document)
+    parse_vllm_bench(document)
     assert document == before
 
 
@@ -441,13 +574,17 @@ def test_small_documents_may_be_posted_as_json(api_for: Any, erin: User, baselin
     api = api_for(erin)
     run_id = open_run(api, backend=baseline.name, tasks=["cs_summary"])
     document = bench_document(model_id=baseline.model_path, tokenizer_id=baseline.model_path)
-    response = api.post(f"/api/v1/runs/{run_id}/evidence/", {"kind": "vllm_bench", "task": "cs_summary",
-                                                            "file": document}, format="json")  # fmt: skip
+    response = api.post(
+        f"/api/v1/runs/{run_id}/evidence/",
+        {"kind": "vllm_bench", "task": "cs_summary", "file": document},
+        format="json",
+    )
     assert response.status_code == 201, response.json()
     assert response.json()["result"]["origin"] == {"quality": "", "performance": "vllm bench serve"}
     assert response.json()["result"]["requests"] == 2
     missing = api.post(f"/api/v1/runs/{run_id}/evidence/", {"kind": "vllm_bench", "task": "cs_summary"}, format="json")
     assert missing.status_code == 400 and "file" in missing.json()
-    unknown_kind = api.post(f"/api/v1/runs/{run_id}/evidence/", {"kind": "csv", "task": "cs_summary", "file": {}},
-                            format="json")  # fmt: skip
+    unknown_kind = api.post(
+        f"/api/v1/runs/{run_id}/evidence/", {"kind": "csv", "task": "cs_summary", "file": {}}, format="json"
+    )
     assert unknown_kind.status_code == 400 and "kind" in unknown_kind.json()

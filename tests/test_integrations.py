@@ -16,13 +16,14 @@ import yaml
 from django.contrib.auth.models import User
 from django.test import Client
 
-from gates import integrations, routing
-from gates import services as gate_services
+from accounts.services import api_token_issue
+from backends.models import Backend
+from gates.api import integrations
 from gates.models import GateDecision, ReleaseTicket
-from gates.tokens import api_token_issue
-from ledger.models import Backend
-from tests.conftest import ticket_fields
-from tests.test_gate_decisions import store_run
+from gates.selectors.verdicts import backend_verdict
+from gates.services import routing
+from gates.services import tickets as gate_services
+from tests.factories import store_run, ticket_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -32,15 +33,30 @@ GITHUB = "/api/v1/integrations/github/deployment-protection/"
 SECRET = "It's a Secret to Everybody"
 
 
-def decided(owner: User, baseline: Backend, candidate: Backend, *, outcome: str, status: str, signed: str = "",
-            tasks: tuple[str, ...] = ()) -> ReleaseTicket:  # fmt: skip
+def decided(
+    owner: User,
+    baseline: Backend,
+    candidate: Backend,
+    *,
+    outcome: str,
+    status: str,
+    signed: str = "",
+    tasks: tuple[str, ...] = (),
+) -> ReleaseTicket:
     """A ticket with a stored decision in the state the judge and the reviewers left it (test set-up)."""
     ticket = gate_services.ticket_create(owner=owner, **ticket_fields(baseline, candidate))
     base, cand = store_run(baseline, {}), store_run(candidate, {})
     ReleaseTicket.objects.filter(pk=ticket.pk).update(status=status, baseline_run=base, candidate_run=cand)
-    GateDecision.objects.create(ticket=ticket, policy_version="default@1", baseline_run=base, candidate_run=cand,
-                                outcome=outcome, reasons=[f"the gate says {outcome}"], signed_verdict=signed,
-                                signed_tasks=list(tasks))  # fmt: skip
+    GateDecision.objects.create(
+        ticket=ticket,
+        policy_version="default@1",
+        baseline_run=base,
+        candidate_run=cand,
+        outcome=outcome,
+        reasons=[f"the gate says {outcome}"],
+        signed_verdict=signed,
+        signed_tasks=list(tasks),
+    )
     ticket.refresh_from_db()
     return ticket
 
@@ -48,16 +64,24 @@ def decided(owner: User, baseline: Backend, candidate: Backend, *, outcome: str,
 @pytest.fixture
 def approved(erin: User, baseline: Backend, make_backend: Callable[..., Backend]) -> Backend:
     backend = make_backend("cand-approved", engine_args={"max_model_len": 2048, "seed": 1})
-    decided(erin, baseline, backend, outcome="approve", status="approved", signed="approve",
-            tasks=("knowledge_qa", "compliance_qa"))  # fmt: skip
+    decided(
+        erin,
+        baseline,
+        backend,
+        outcome="approve",
+        status="approved",
+        signed="approve",
+        tasks=("knowledge_qa", "compliance_qa"),
+    )
     return backend
 
 
 @pytest.fixture
 def restricted(erin: User, baseline: Backend, make_backend: Callable[..., Backend]) -> Backend:
     backend = make_backend("cand-restricted", engine_args={"max_model_len": 2048, "seed": 2})
-    decided(erin, baseline, backend, outcome="restrict", status="restricted", signed="restrict",
-            tasks=("knowledge_qa",))  # fmt: skip
+    decided(
+        erin, baseline, backend, outcome="restrict", status="restricted", signed="restrict", tasks=("knowledge_qa",)
+    )
     return backend
 
 
@@ -72,16 +96,16 @@ def rejected(erin: User, baseline: Backend, make_backend: Callable[..., Backend]
 
 
 def test_an_approved_backend_is_allowed_on_every_route_it_was_signed_for(approved: Backend) -> None:
-    verdict = integrations.backend_verdict(backend_name=approved.name)
+    verdict = backend_verdict(backend_name=approved.name)
     assert (verdict.verdict, verdict.allowed) == ("approve", True)
-    assert integrations.backend_verdict(backend_name=approved.name, route="compliance_qa@tenant-a").allowed
-    assert not integrations.backend_verdict(backend_name=approved.name, route="cs_summary").allowed
+    assert backend_verdict(backend_name=approved.name, route="compliance_qa@tenant-a").allowed
+    assert not backend_verdict(backend_name=approved.name, route="cs_summary").allowed
 
 
 def test_a_restricted_backend_is_allowed_only_on_its_tasks(restricted: Backend) -> None:
-    assert not integrations.backend_verdict(backend_name=restricted.name).allowed
-    assert integrations.backend_verdict(backend_name=restricted.name, route="knowledge_qa").allowed
-    verdict = integrations.backend_verdict(backend_name=restricted.name, route="compliance_qa")
+    assert not backend_verdict(backend_name=restricted.name).allowed
+    assert backend_verdict(backend_name=restricted.name, route="knowledge_qa").allowed
+    verdict = backend_verdict(backend_name=restricted.name, route="compliance_qa")
     assert (verdict.verdict, verdict.allowed) == ("restrict", False)
     assert "restricted to knowledge_qa; compliance_qa is not in it" in verdict.reason
 
@@ -90,17 +114,17 @@ def test_an_unsigned_proposal_or_a_pending_ticket_allows_nothing(
     erin: User, baseline: Backend, candidate: Backend, make_backend: Callable[..., Backend]
 ) -> None:
     decided(erin, baseline, candidate, outcome="approve", status="evaluated")
-    verdict = integrations.backend_verdict(backend_name=candidate.name)
+    verdict = backend_verdict(backend_name=candidate.name)
     assert (verdict.verdict, verdict.allowed, verdict.proposed_outcome) == ("pending", False, "approve")
     other = make_backend("cand-inconclusive", engine_args={"max_model_len": 2048, "seed": 4})
     decided(erin, baseline, other, outcome="needs_evidence", status="needs_evidence")
-    assert integrations.backend_verdict(backend_name=other.name).verdict == "needs_evidence"
-    assert integrations.backend_verdict(backend_name=baseline.name).verdict == "ungated"
+    assert backend_verdict(backend_name=other.name).verdict == "needs_evidence"
+    assert backend_verdict(backend_name=baseline.name).verdict == "ungated"
 
 
 def test_a_rolled_back_ticket_withdraws_its_approval(approved: Backend) -> None:
     ReleaseTicket.objects.filter(candidate=approved).update(status="rolled_back")
-    verdict = integrations.backend_verdict(backend_name=approved.name, route="knowledge_qa")
+    verdict = backend_verdict(backend_name=approved.name, route="knowledge_qa")
     assert (verdict.verdict, verdict.allowed) == ("rolled_back", False)
 
 
@@ -119,9 +143,16 @@ def test_a_rolled_back_ticket_withdraws_its_approval(approved: Backend) -> None:
     ],
 )
 def test_argo_web_metric_reports_the_verdict(
-    api_for: Any, olga: User, approved: Backend, restricted: Backend, rejected: Backend, backend: str,
-    route: str | None, verdict: str, allowed: bool,
-) -> None:  # fmt: skip
+    api_for: Any,
+    olga: User,
+    approved: Backend,
+    restricted: Backend,
+    rejected: Backend,
+    backend: str,
+    route: str | None,
+    verdict: str,
+    allowed: bool,
+) -> None:
     params = {"backend": backend, **({"route": route} if route else {})}
     response = api_for(olga).get(ARGO, params)
     assert response.status_code == 200
@@ -188,12 +219,21 @@ def github_event(payload: dict[str, Any] | str, *, action: str = "requested") ->
     }
 
 
-def deliver(event: dict[str, Any] | str, *, secret: str = SECRET, kind: str = "deployment_protection_rule",
-            signature: str | None = None) -> Any:  # fmt: skip
+def deliver(
+    event: dict[str, Any] | str,
+    *,
+    secret: str = SECRET,
+    kind: str = "deployment_protection_rule",
+    signature: str | None = None,
+) -> Any:
     body = (event if isinstance(event, str) else json.dumps(event)).encode()
     digest = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return Client().post(GITHUB, data=body, content_type="application/json",
-                         headers={"X-GitHub-Event": kind, "X-Hub-Signature-256": signature or digest})  # fmt: skip
+    return Client().post(
+        GITHUB,
+        data=body,
+        content_type="application/json",
+        headers={"X-GitHub-Event": kind, "X-Hub-Signature-256": signature or digest},
+    )
 
 
 @pytest.fixture
@@ -264,7 +304,7 @@ def test_github_sends_the_review_through_the_outbound_choke_point_when_enabled(
         sent.append((url, payload))
         return 204
 
-    monkeypatch.setattr("workers.notifications.post_json", post_json)
+    monkeypatch.setattr("core.http.post_json", post_json)
     settings.OPTGATE_GITHUB_CALLBACK = True
     body = deliver(github_event({"optgate_backend": approved.name})).json()
     assert body["delivered"] is True and body["callback_status"] == 204
@@ -343,5 +383,7 @@ def test_the_json_export_names_each_route_with_its_backend(api_for: Any, ada: Us
     assert exported["format"] == "optgate.routes/v1" and exported["version"] == 1
     (route,) = exported["routes"]
     assert (route["name"], route["backend"]["name"], route["backend"]["fingerprint"]) == (
-        "cs_summary", baseline.name, baseline.fingerprint,
-    )  # fmt: skip
+        "cs_summary",
+        baseline.name,
+        baseline.fingerprint,
+    )

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gates.judge.decision import decide, evaluate
 from gates.judge.verdicts import RunTaskEvidence, TaskEvidence, judge_task
-from gates.policy import load_policy, validate_policy_text
+from gates.policy.parse import load_policy, validate_policy_text
 
 DEFAULT = load_policy("default")
 

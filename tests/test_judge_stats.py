@@ -7,12 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gates.judge.resampling import bootstrap_ratio, mann_whitney, paired_bootstrap_mean_diff
 from gates.judge.stats import (
     SAMPLES_NEEDED_CAP,
-    bootstrap_ratio,
-    mann_whitney,
     mcnemar_noninferiority,
-    paired_bootstrap_mean_diff,
     paired_difference_interval,
     samples_needed,
 )

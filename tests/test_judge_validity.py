@@ -16,7 +16,8 @@ import pytest
 from gates.judge.decision import evaluate
 from gates.judge.validity import delivery_ms
 from gates.judge.verdicts import RunTaskEvidence, TaskEvidence, judge_task
-from gates.policy import MeasurementRule, PolicyError, load_policy, validate_policy_text
+from gates.policy.parse import load_policy, validate_policy_text
+from gates.policy.rules import MeasurementRule, PolicyError
 
 DEFAULT = load_policy("default")
 KNOWLEDGE = "knowledge_qa"

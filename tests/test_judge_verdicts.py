@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gates.judge.verdicts import MetricVerdict, RunTaskEvidence, TaskEvidence, TaskVerdict, judge_task
-from gates.policy import load_policy, validate_policy_text
+from gates.policy.parse import load_policy, validate_policy_text
 
 DEFAULT = load_policy("default")
 

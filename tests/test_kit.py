@@ -15,27 +15,21 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from evaluators.kit import BASE, KitParams, QuantSpec, TrainParams, ensure_kit, kit_hash  # noqa: E402
-from evaluators.kit.build import (  # noqa: E402
-    HOLD_TOLERANCE,
-    MIN_DROP,
-    SHIPPED_DIR,
-    KitIntegrityError,
-    read_manifest,
-    sha256_file,
-)
-from evaluators.kit.data import load_examples  # noqa: E402
-from evaluators.kit.evaluate import exact_match, greedy_outputs  # noqa: E402
-from evaluators.kit.quantize import fake_quantize, quantize_model_  # noqa: E402
-from evaluators.kit.ship import compare_with_shipped, ship_kit  # noqa: E402
-from evaluators.kit.tokenizer import (  # noqa: E402
+from tools.kit import BASE, KitParams, QuantSpec, TrainParams, ensure_kit, kit_hash  # noqa: E402
+from tools.kit.build import HOLD_TOLERANCE, MIN_DROP  # noqa: E402
+from tools.kit.data import load_examples  # noqa: E402
+from tools.kit.evaluate import exact_match, greedy_outputs  # noqa: E402
+from tools.kit.manifest import SHIPPED_DIR, KitIntegrityError, read_manifest, sha256_file  # noqa: E402
+from tools.kit.quantize import fake_quantize, quantize_model_  # noqa: E402
+from tools.kit.ship import compare_with_shipped, ship_kit  # noqa: E402
+from tools.kit.tokenizer import (  # noqa: E402
     CHAT_TEMPLATE,
     encode_example,
     render_prompt,
     train_tokenizer,
     training_texts,
 )
-from evaluators.kit.train import make_model, seed_everything, train_model  # noqa: E402
+from tools.kit.train import make_model, seed_everything, train_model  # noqa: E402
 
 CITIES = ["Berlin", "Lyon", "Porto", "Oslo", "Dublin"]
 TINY_TRAIN = TrainParams(
@@ -204,7 +198,7 @@ def test_a_second_call_reuses_the_cached_kit(tiny_kit, monkeypatch: pytest.Monke
     def no_build(*args, **kwargs):
         raise AssertionError("a valid cached kit must not be rebuilt")
 
-    monkeypatch.setattr("evaluators.kit.build.build_kit_into", no_build)
+    monkeypatch.setattr("tools.kit.build.build_kit_into", no_build)
     again = ensure_kit(cache_root=root, params=TINY, data_files=files)
     assert again.root == kit.root and again.manifest == kit.manifest
 
@@ -217,7 +211,7 @@ def test_a_failed_build_leaves_no_kit_behind(tmp_path: Path, monkeypatch: pytest
         raise RuntimeError("disk full while rounding weights")
 
     # Fails after the base model and tokenizer are on disk: the worst moment for a half kit.
-    monkeypatch.setattr("evaluators.kit.quantize.write_quantized_variant", crash)
+    monkeypatch.setattr("tools.kit.quantize.write_quantized_variant", crash)
     with pytest.raises(RuntimeError, match="disk full"):
         ensure_kit(cache_root=root, params=TINY, data_files=files)
     assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == []
@@ -298,7 +292,7 @@ def test_the_shipped_kit_is_served_as_it_is_without_training(
     shipped_tiny_kit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     shipped, files = shipped_tiny_kit
-    monkeypatch.setattr("evaluators.kit.build.build_kit_into", _no_training)
+    monkeypatch.setattr("tools.kit.build.build_kit_into", _no_training)
     kit = ensure_kit(cache_root=tmp_path / "empty-cache", params=TINY, data_files=files, shipped_dir=shipped.root)
     assert kit.root == shipped.root and kit.degraded == "w2g32"
     assert not (tmp_path / "empty-cache").exists()
@@ -319,7 +313,7 @@ def test_a_tampered_shipped_kit_is_refused_naming_the_file_and_its_hash(
     folder = shipped.path("w2g32")
     expected = shipped.manifest["variants"]["w2g32"]["files"]
     tamper(folder)
-    monkeypatch.setattr("evaluators.kit.build.build_kit_into", _no_training)
+    monkeypatch.setattr("tools.kit.build.build_kit_into", _no_training)
     with pytest.raises(KitIntegrityError) as refused:
         ensure_kit(cache_root=tmp_path / "cache", params=TINY, data_files=files, shipped_dir=shipped.root)
     message = str(refused.value)
@@ -344,7 +338,7 @@ def test_a_shipped_kit_built_from_other_inputs_gives_way_to_a_build(
         files[-1].write_bytes(source.read_bytes())
     with files[0].open("a") as handle:  # a new training row: the shipped weights no longer fit this tree
         handle.write(json.dumps({"id": "extra", "prompt": "Question: customers in 'Rome'?", "target": "SELECT 1;"}))
-    with caplog.at_level("INFO", logger="evaluators.kit.build"):
+    with caplog.at_level("INFO", logger="tools.kit.build"):
         kit = ensure_kit(cache_root=tmp_path / "cache", params=TINY, data_files=files, shipped_dir=shipped.root)
     assert kit.root.parent == tmp_path / "cache" and kit.hash != shipped.hash
     assert "data/synth_sql/samples.jsonl" in caplog.text
@@ -380,14 +374,14 @@ SHIPPED_LOW_BIT = "w2g32"
 def test_a_fresh_checkout_uses_the_shipped_kit_without_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from evaluators.kit.build import differing_inputs, hash_inputs
-    from evaluators.kit.data import discover_data_files
+    from tools.kit.data import discover_data_files
+    from tools.kit.manifest import differing_inputs, hash_inputs
 
     shipped = read_manifest(SHIPPED_DIR)
     assert shipped is not None, f"no kit is shipped in {SHIPPED_DIR}"
     changed = differing_inputs(shipped["hash_inputs"], hash_inputs(discover_data_files(), KitParams()))
     assert not changed, f"the shipped kit no longer fits this tree ({changed}): retrain and ship it (make kit, --ship)"
-    monkeypatch.setattr("evaluators.kit.build.build_kit_into", _no_training)
+    monkeypatch.setattr("tools.kit.build.build_kit_into", _no_training)
     kit = ensure_kit(cache_root=tmp_path / "empty-cache")
     assert kit.root == SHIPPED_DIR
     assert kit.degraded == SHIPPED_LOW_BIT and set(kit.variants) == {BASE, SHIPPED_LOW_BIT, "w4g32"}
@@ -425,7 +419,7 @@ def _measured(**per_task: float) -> dict[str, object]:
 
 
 def test_the_degraded_variant_is_the_mildest_rounding_that_breaks_a_risk_task_unevenly() -> None:
-    from evaluators.kit.build import choose_degraded
+    from tools.kit.build import choose_degraded
 
     risks = ("dataagent_nl2sql", "tool_calling")
     variants = {
@@ -462,7 +456,7 @@ _HEADER = "Document: the retention policy keeps versions for 36 days and deleted
     ],
 )
 def test_batch_loss_gives_the_models_own_loss_and_gradient(tokenizer, pairs) -> None:
-    from evaluators.kit.train import batch_loss, collate, encode_all
+    from tools.kit.train import batch_loss, collate, encode_all
 
     rows = encode_all(tokenizer, pairs, 256)
     torch.manual_seed(0)
@@ -484,7 +478,7 @@ def test_batch_loss_gives_the_models_own_loss_and_gradient(tokenizer, pairs) -> 
 
 
 def test_training_flushes_subnormal_floats_and_restores_the_setting() -> None:
-    from evaluators.kit.train import denormals_flushed
+    from tools.kit.train import denormals_flushed
 
     def product() -> float:
         return float(torch.tensor([1e-30]) * torch.tensor([1e-10]))  # 1e-40: subnormal in float32
@@ -497,7 +491,7 @@ def test_training_flushes_subnormal_floats_and_restores_the_setting() -> None:
 
 
 def test_a_nested_flush_leaves_the_setting_to_the_outermost() -> None:
-    from evaluators.kit.train import denormals_flushed
+    from tools.kit.train import denormals_flushed
 
     def product() -> float:
         return float(torch.tensor([1e-30]) * torch.tensor([1e-10]))
@@ -511,7 +505,7 @@ def test_a_nested_flush_leaves_the_setting_to_the_outermost() -> None:
 
 _FLUSH_PROBE = """
 import torch
-from evaluators.kit.train import denormals_flushed
+from tools.kit.train import denormals_flushed
 torch.set_num_threads(2)
 if {threads_first}:
     torch.ones(1 << 20) * 2  # starts torch's worker threads before flushing is turned on

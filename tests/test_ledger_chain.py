@@ -11,12 +11,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 
-from gates import services
+from core.errors import DomainError
 from gates.models import ReleaseTicket
+from gates.services import tickets as services
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_entries, ledger_verify
 from ledger.services import ledger_append
-from optgate.errors import DomainError
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
@@ -79,8 +79,18 @@ def test_it_detects_a_row_deleted_from_the_end(chain: list[LedgerEntry]) -> None
 def test_it_detects_reordered_rows(chain: list[LedgerEntry]) -> None:
     one, two = chain[1], chain[2]
     # Swap the content of two neighbours, each keeping a self-consistent hash of its own.
-    columns = ["seq", "kind", "subject_type", "subject_id", "subject_name", "actor_name", "payload", "created_at",
-               "prev_hash", "hash"]  # fmt: skip
+    columns = [
+        "seq",
+        "kind",
+        "subject_type",
+        "subject_id",
+        "subject_name",
+        "actor_name",
+        "payload",
+        "created_at",
+        "prev_hash",
+        "hash",
+    ]
     # Park both rows on placeholder values first: seq and hash are unique.
     for placeholder, row in (("e" * 64, one), ("f" * 64, two)):
         _sql("UPDATE ledger_ledgerentry SET seq = seq + 1000, hash = %s WHERE id = %s", [placeholder, row.id])
@@ -147,8 +157,9 @@ def test_a_parallel_verification_reports_what_a_single_walk_reports(tamper: str)
         pytest.skip("parallel verification runs on PostgreSQL: set DATABASE_URL=postgres://…")
     with transaction.atomic():
         for i in range(40):
-            ledger_append(kind="probe", subject_type="x", subject_id=i, subject_name=f"entry {i}", actor=None,
-                          payload={"i": i})  # fmt: skip
+            ledger_append(
+                kind="probe", subject_type="x", subject_id=i, subject_name=f"entry {i}", actor=None, payload={"i": i}
+            )
     entries = list(LedgerEntry.objects.order_by("seq"))
     if tamper == "edited payload":  # in the last of three ranges: the earlier two must be found sound
         _sql("UPDATE ledger_ledgerentry SET payload = %s WHERE id = %s", ['{"i": -1}', entries[33].id])
@@ -160,5 +171,6 @@ def test_a_parallel_verification_reports_what_a_single_walk_reports(tamper: str)
     single = ledger_verify()
     assert ledger_verify(workers=3) == single
     assert single.ok is (tamper == "nothing")
-    assert single.first_bad_seq == {"nothing": None, "edited payload": 34, "deleted row": 16,
-                                    "deleted tail": 40}[tamper]  # fmt: skip
+    assert (
+        single.first_bad_seq == {"nothing": None, "edited payload": 34, "deleted row": 16, "deleted tail": 40}[tamper]
+    )

@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 from rest_framework.exceptions import ParseError
 
-from evaluators import imports
+from backends.models import Backend
+from core.models import IdempotencyRecord
+from core.parsers import JSONParser
+from evaluators.imports.services import run_open_for_import
 from evaluators.models import EvaluationRun
-from gates.models import GateDecision, IdempotencyRecord, ReleaseTicket
-from ledger.models import Backend, LedgerEntry
-from optgate.parsers import JSONParser
-from tests.conftest import backend_fields
+from gates.models import GateDecision, ReleaseTicket
+from ledger.models import LedgerEntry
+from tests.factories import backend_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -104,8 +106,9 @@ def test_an_alias_multiplied_policy_reports_a_bounded_list_of_problems(api_for: 
 
 def test_a_dry_run_with_a_malformed_policy_stores_no_decision(api_for: Any, rita: Any, draft: ReleaseTicket) -> None:
     text = _policy_text(GOOD_TASK.replace("0.05", ".nan"))
-    response = api_for(rita).post("/api/v1/policies/default/dry-run/", {"ticket": draft.pk, "text": text},
-                                  format="json")  # fmt: skip
+    response = api_for(rita).post(
+        "/api/v1/policies/default/dry-run/", {"ticket": draft.pk, "text": text}, format="json"
+    )
     assert response.status_code == 400
     assert response.data["errors"][0]["path"] == "tasks.cs_summary.guardrails[0].margin"
     assert not GateDecision.objects.exists()
@@ -199,8 +202,9 @@ def test_a_nul_character_anywhere_in_json_input_is_refused(
 
 def test_a_nul_character_in_a_tickets_canary_scope_is_refused(api_for: Any, erin: Any, draft: ReleaseTicket) -> None:
     before = draft.canary_scope
-    response = api_for(erin).patch(f"/api/v1/tickets/{draft.pk}/", {"canary_scope": {"tenants": ["\x00"]}},
-                                   format="json")  # fmt: skip
+    response = api_for(erin).patch(
+        f"/api/v1/tickets/{draft.pk}/", {"canary_scope": {"tenants": ["\x00"]}}, format="json"
+    )
     assert response.status_code == 400
     assert response.data["canary_scope"] == ["tenants[0]: must not contain the NUL character (\\u0000)"]
     draft.refresh_from_db()
@@ -211,8 +215,9 @@ def test_json_input_nested_absurdly_deep_is_refused(api_for: Any, erin: Any, can
     profile: Any = 1
     for _ in range(200):
         profile = {"x": profile}
-    response = api_for(erin).post("/api/v1/runs/", {"backend": candidate.name, "tasks": ["cs_summary"],
-                                                    "load_profile": profile}, format="json")  # fmt: skip
+    response = api_for(erin).post(
+        "/api/v1/runs/", {"backend": candidate.name, "tasks": ["cs_summary"], "load_profile": profile}, format="json"
+    )
     assert response.status_code == 400
     assert "nested more than 32 levels deep" in response.data["load_profile"][0]
     assert not EvaluationRun.objects.exists()
@@ -220,9 +225,8 @@ def test_json_input_nested_absurdly_deep_is_refused(api_for: Any, erin: Any, can
 
 @pytest.mark.parametrize("body", [["kind", "task"], "kind task", 7])
 def test_evidence_that_is_not_a_json_object_is_a_400(api_for: Any, erin: Any, candidate: Backend, body: Any) -> None:
-    run = imports.run_open_for_import(backend=candidate, tasks=["cs_summary"], actor=erin)
-    response = api_for(erin).post(f"/api/v1/runs/{run.pk}/evidence/", json.dumps(body),
-                                  content_type="application/json")  # fmt: skip
+    run = run_open_for_import(backend=candidate, tasks=["cs_summary"], actor=erin)
+    response = api_for(erin).post(f"/api/v1/runs/{run.pk}/evidence/", json.dumps(body), content_type="application/json")
     assert response.status_code == 400
     assert "Expected a dictionary" in response.data["non_field_errors"][0]
 
@@ -235,7 +239,7 @@ def test_evidence_that_is_not_a_json_object_is_a_400(api_for: Any, erin: Any, ca
 def test_an_evidence_file_the_database_cannot_hold_is_a_400(
     api_for: Any, erin: Any, candidate: Backend, document: str, problem: str
 ) -> None:
-    run = imports.run_open_for_import(backend=candidate, tasks=["cs_summary"], actor=erin)
+    run = run_open_for_import(backend=candidate, tasks=["cs_summary"], actor=erin)
     upload = io.BytesIO(document.encode())
     upload.name = "results.json"
     body = {"kind": "lm_eval", "task": "cs_summary", "file": upload}
@@ -247,8 +251,9 @@ def test_an_evidence_file_the_database_cannot_hold_is_a_400(
 
 @pytest.mark.parametrize("body", ["[1, 2]", '"x"'])
 def test_an_idempotent_create_with_a_body_that_is_not_an_object_is_a_400(api_for: Any, erin: Any, body: str) -> None:
-    response = api_for(erin).post("/api/v1/tickets/", body, content_type="application/json",
-                                  HTTP_IDEMPOTENCY_KEY="retry-1")  # fmt: skip
+    response = api_for(erin).post(
+        "/api/v1/tickets/", body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="retry-1"
+    )
     assert response.status_code == 400
     assert "Expected a dictionary" in response.data["non_field_errors"][0]
     assert not IdempotencyRecord.objects.exists()

@@ -13,9 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.core import mail
 
-from gates.models import ReleaseTicket
-from workers.models import Notification, NotificationAttempt
-from workers.notifications import TransientDeliveryError, notification_deliver, notify
+from gates.models import Notification, NotificationAttempt, ReleaseTicket
+from gates.services.notifications import TransientDeliveryError, notification_deliver, notify
 
 pytestmark = pytest.mark.django_db
 
@@ -52,12 +51,13 @@ def hook(settings: Any) -> Iterator[Hook]:
 
 
 def _notification(draft: ReleaseTicket, *users: User) -> Notification:
-    with mock.patch("workers.tasks.deliver_notification.delay"):
+    with mock.patch("core.queue.enqueue"):
         return notify(event="review.opened", subject="Review due", text="Please review.", users=users, ticket=draft)
 
 
-def test_it_sends_email_and_a_slack_compatible_webhook(draft: ReleaseTicket, erin: User, rita: User,
-                                                       hook: Hook) -> None:  # fmt: skip
+def test_it_sends_email_and_a_slack_compatible_webhook(
+    draft: ReleaseTicket, erin: User, rita: User, hook: Hook
+) -> None:
     notification = _notification(draft, erin, rita)
     assert notification_deliver(notification_id=notification.pk) == []
     assert mail.outbox[0].to == ["erin@example.com", "rita@example.com"]
@@ -78,8 +78,9 @@ def test_it_retries_a_webhook_answering_503_and_records_each_try(draft: ReleaseT
     assert tries == [(1, False, 503), (2, True, 200)]
 
 
-def test_it_gives_up_at_once_on_a_webhook_that_rejects_the_request(draft: ReleaseTicket, erin: User,
-                                                                   hook: Hook) -> None:  # fmt: skip
+def test_it_gives_up_at_once_on_a_webhook_that_rejects_the_request(
+    draft: ReleaseTicket, erin: User, hook: Hook
+) -> None:
     hook.statuses = [404]
     notification = _notification(draft, erin)
     assert notification_deliver(notification_id=notification.pk) == ["webhook"]
@@ -88,8 +89,9 @@ def test_it_gives_up_at_once_on_a_webhook_that_rejects_the_request(draft: Releas
     assert NotificationAttempt.objects.get(channel="webhook").error == "permanent: HTTP 404"
 
 
-def test_it_stops_after_the_configured_number_of_tries(draft: ReleaseTicket, erin: User, hook: Hook,
-                                                       settings: Any) -> None:  # fmt: skip
+def test_it_stops_after_the_configured_number_of_tries(
+    draft: ReleaseTicket, erin: User, hook: Hook, settings: Any
+) -> None:
     settings.OPTGATE_NOTIFY_MAX_ATTEMPTS = 2
     hook.statuses = [500, 500, 500]
     notification = _notification(draft, erin)
@@ -100,9 +102,10 @@ def test_it_stops_after_the_configured_number_of_tries(draft: ReleaseTicket, eri
     assert NotificationAttempt.objects.filter(channel="webhook").count() == 2
 
 
-def test_a_broken_mail_server_never_blocks_the_transition(draft: ReleaseTicket, erin: User, settings: Any,
-                                                          django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
-    from gates import services as gate_services
+def test_a_broken_mail_server_never_blocks_the_transition(
+    draft: ReleaseTicket, erin: User, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from gates.services import tickets as gate_services
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_PORT = 1  # nothing listens there

@@ -8,7 +8,7 @@ import pytest
 
 from gates.models import GateDecision, TicketStatus
 from ledger.models import LedgerEntry
-from tests.test_gate_decisions import scenario
+from tests.factories import scenario
 
 pytestmark = pytest.mark.django_db
 
@@ -56,9 +56,17 @@ def test_it_shows_one_policy_by_name_or_version_label(api_for: Any, olga: Any) -
 def test_validate_accepts_a_good_policy(api_for: Any, erin: Any) -> None:
     response = api_for(erin).post("/api/v1/policies/validate/", {"text": LENIENT}, format="json")
     assert response.status_code == 200
-    assert response.data == {"valid": True, "policy": {"name": "lenient", "version": 1, "version_label": "lenient@1",
-                                                       "dry_run": False, "description": "",
-                                                       "tasks": ["cs_summary", "knowledge_qa"]}}  # fmt: skip
+    assert response.data == {
+        "valid": True,
+        "policy": {
+            "name": "lenient",
+            "version": 1,
+            "version_label": "lenient@1",
+            "dry_run": False,
+            "description": "",
+            "tasks": ["cs_summary", "knowledge_qa"],
+        },
+    }
 
 
 def test_validate_names_the_path_and_the_problem(api_for: Any, erin: Any) -> None:
@@ -73,8 +81,9 @@ def test_validate_names_the_path_and_the_problem(api_for: Any, erin: Any) -> Non
     assert typo.status_code == 400 and "txt" in typo.data
 
 
-def test_a_dry_run_judges_stored_runs_without_storing_or_moving(api_for: Any, erin: Any, rita: Any, baseline: Any,
-                                                                candidate: Any) -> None:  # fmt: skip
+def test_a_dry_run_judges_stored_runs_without_storing_or_moving(
+    api_for: Any, erin: Any, rita: Any, baseline: Any, candidate: Any
+) -> None:
     ticket = scenario("restrict", erin, baseline, candidate)
     reviewer = api_for(rita)
     entries = LedgerEntry.objects.count()
@@ -83,11 +92,12 @@ def test_a_dry_run_judges_stored_runs_without_storing_or_moving(api_for: Any, er
     assert response.data["outcome"] == "restrict" and response.data["stored"] is False
     assert response.data["policy_version"] == "default@2"
     assert response.data["proposed_routes"] == {"cs_summary": "candidate", "knowledge_qa": "baseline"}
-    assert (response.data["baseline_run"], response.data["candidate_run"]) == (ticket.baseline_run_id,
-                                                                               ticket.candidate_run_id)  # fmt: skip
+    assert (response.data["baseline_run"], response.data["candidate_run"]) == (
+        ticket.baseline_run_id,
+        ticket.candidate_run_id,
+    )
     # A more lenient draft policy (20-point margin on knowledge_qa) would let both tasks through.
-    lenient = reviewer.post("/api/v1/policies/default/dry-run/", {"ticket": ticket.pk, "text": LENIENT},
-                            format="json")  # fmt: skip
+    lenient = reviewer.post("/api/v1/policies/default/dry-run/", {"ticket": ticket.pk, "text": LENIENT}, format="json")
     assert lenient.status_code == 200 and lenient.data["policy_version"] == "lenient@1"
     assert lenient.data["verdicts"]["knowledge_qa"]["status"] != "fail"
     assert not GateDecision.objects.exists()
@@ -97,8 +107,9 @@ def test_a_dry_run_judges_stored_runs_without_storing_or_moving(api_for: Any, er
 
 
 def test_a_dry_run_reports_bad_policy_text_and_missing_runs(api_for: Any, erin: Any, draft: Any) -> None:
-    broken = api_for(erin).post("/api/v1/policies/default/dry-run/", {"ticket": draft.pk, "text": BROKEN},
-                                format="json")  # fmt: skip
+    broken = api_for(erin).post(
+        "/api/v1/policies/default/dry-run/", {"ticket": draft.pk, "text": BROKEN}, format="json"
+    )
     assert broken.status_code == 400 and broken.data["errors"][0]["path"].startswith("tasks.cs_summary")
     no_runs = api_for(erin).post("/api/v1/policies/default/dry-run/", {"ticket": draft.pk}, format="json")
     assert no_runs.status_code == 409 and "no baseline run" in no_runs.data["detail"]

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from gates import vocabulary
-from gates.judge.metrics import METRIC_SPECS
-from gates.policy import POLICY_DIR, PolicyError, list_policies, load_policy, policy_from_dict, validate_policy_text
+from gates.policy.metrics import METRIC_SPECS
+from gates.policy.parse import list_policies, load_policy, policy_from_dict, validate_policy_text
+from gates.policy.rules import POLICY_DIR, PolicyError
 
 TASKS = ("cs_summary", "knowledge_qa", "dataagent_nl2sql", "code_assistant", "compliance_qa", "tool_calling")
 

@@ -23,14 +23,15 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from backends import services as backend_services
+from backends.models import Backend
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
-from gates import routing
-from gates import services as gate_services
 from gates.models import GateDecision, ReleaseTicket, SignOff, TaskType, TicketStatus
+from gates.services import routing
+from gates.services import tickets as gate_services
+from gates.services.reviews import review_open
 from ledger import services as ledger_services
-from ledger.models import Backend
-from tests.conftest import backend_fields, ticket_fields
-from workers.reviews import review_open
+from tests.factories import backend_fields, ticket_fields
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]
 
@@ -71,11 +72,22 @@ def _person(username: str, *roles: str) -> User:
 
 def _run(backend: Backend, key: str, status: str = RunStatus.SUCCEEDED) -> EvaluationRun:
     # Test set-up: a run as the evaluation service leaves it, with two per-task results.
-    run = EvaluationRun.objects.create(backend=backend, tasks=["knowledge_qa", "compliance_qa"], reuse_key=key,
-                                       engine_version="0.32.0", hardware_class="cpu-avx2", status=status)  # fmt: skip
+    run = EvaluationRun.objects.create(
+        backend=backend,
+        tasks=["knowledge_qa", "compliance_qa"],
+        reuse_key=key,
+        engine_version="0.32.0",
+        hardware_class="cpu-avx2",
+        status=status,
+    )
     for task in run.tasks:
-        TaskResult.objects.create(run=run, task=task, suite_version="1", quality={"n": 2, "pass_rate": 1.0},
-                                  requests=[{"ttft_s": 0.1}, {"ttft_s": 0.2}])  # fmt: skip
+        TaskResult.objects.create(
+            run=run,
+            task=task,
+            suite_version="1",
+            quality={"n": 2, "pass_rate": 1.0},
+            requests=[{"ttft_s": 0.1}, {"ttft_s": 0.2}],
+        )
     return run
 
 
@@ -84,11 +96,18 @@ def _decision(ticket: ReleaseTicket, *, outcome: str = "approve", signed: str = 
     tasks = ["knowledge_qa", "compliance_qa"]
     assert ticket.baseline_run is not None and ticket.candidate_run is not None
     return GateDecision.objects.create(
-        ticket=ticket, policy_version="default@1", baseline_run=ticket.baseline_run, candidate_run=ticket.candidate_run,
-        outcome=outcome, verdicts={t: {"status": "pass", "role": "beneficiary", "metrics": []} for t in tasks},
-        reasons=["every guardrail holds"], proposed_routes=dict.fromkeys(tasks, "candidate"), allowed_tasks=tasks,
-        signed_verdict=signed, signed_tasks=tasks if signed == "approve" else [],
-    )  # fmt: skip
+        ticket=ticket,
+        policy_version="default@1",
+        baseline_run=ticket.baseline_run,
+        candidate_run=ticket.candidate_run,
+        outcome=outcome,
+        verdicts={t: {"status": "pass", "role": "beneficiary", "metrics": []} for t in tasks},
+        reasons=["every guardrail holds"],
+        proposed_routes=dict.fromkeys(tasks, "candidate"),
+        allowed_tasks=tasks,
+        signed_verdict=signed,
+        signed_tasks=tasks if signed == "approve" else [],
+    )
 
 
 class Crowd:
@@ -113,18 +132,28 @@ class Crowd:
 
     def _add(self, i: int) -> None:
         owner = self.viewer if i % 2 else self.other
-        candidate, _ = ledger_services.backend_register(
+        candidate, _ = backend_services.backend_register(
             actor=owner, **backend_fields(self.model_root, f"crowd-{i}", model_revision=f"r{i}")
         )
-        extra = TaskType.objects.create(slug=f"crowd_task_{i}", name=f"Crowd task {i}", risk_tier="low",
-                                        suite_ref=f"evaluators/suites/crowd_{i}", suite_version="1")  # fmt: skip
+        extra = TaskType.objects.create(
+            slug=f"crowd_task_{i}",
+            name=f"Crowd task {i}",
+            risk_tier="low",
+            suite_ref=f"evaluators/suites/crowd_{i}",
+            suite_version="1",
+        )
         # One ticket at each stage the lists show differently, so every block has rows at both sizes.
         for stage in (TicketStatus.EVALUATING, TicketStatus.EVALUATED, TicketStatus.DEFAULT, TicketStatus.REJECTED):
             self._ticket(i, stage, owner, candidate)
         assert self.first_ticket is not None
         self.first_ticket.risk_tasks.add(extra)
-        routing.routes_set(task="knowledge_qa", tenant=f"tenant-{i}", backend=candidate, actor=self.admin,
-                           reason=f"tenant {i} on its own build")  # fmt: skip
+        routing.routes_set(
+            task="knowledge_qa",
+            tenant=f"tenant-{i}",
+            backend=candidate,
+            actor=self.admin,
+            reason=f"tenant {i} on its own build",
+        )
         client = APIClient()
         client.force_login(self.viewer)
         assert client.post("/api/v1/tokens/", {"name": f"ci-{i}"}, format="json").status_code == 201
@@ -134,8 +163,10 @@ class Crowd:
         ticket = gate_services.ticket_create(owner=owner, **fields)
         self.first_ticket = self.first_ticket or ticket
         status = RunStatus.RUNNING if stage == TicketStatus.EVALUATING else RunStatus.SUCCEEDED
-        runs = {"baseline_run": _run(self.baseline, f"b{ticket.pk}", status),
-                "candidate_run": _run(candidate, f"c{ticket.pk}", status)}  # fmt: skip
+        runs = {
+            "baseline_run": _run(self.baseline, f"b{ticket.pk}", status),
+            "candidate_run": _run(candidate, f"c{ticket.pk}", status),
+        }
         # Test set-up: the stage the workers and reviewers would have moved it to.
         ReleaseTicket.objects.filter(pk=ticket.pk).update(status=stage, **runs)
         ticket.refresh_from_db()
@@ -144,13 +175,24 @@ class Crowd:
         signed = {str(TicketStatus.DEFAULT): "approve", str(TicketStatus.REJECTED): "reject"}.get(stage, "")
         decision = _decision(ticket, signed=signed)
         if signed:
-            SignOff.objects.create(ticket=ticket, decision=decision, reviewer=self.reviewer, capacity="platform",
-                                   verdict=signed, tasks=decision.signed_tasks,
-                                   reason_code="evidence_sufficient")  # fmt: skip
+            SignOff.objects.create(
+                ticket=ticket,
+                decision=decision,
+                reviewer=self.reviewer,
+                capacity="platform",
+                verdict=signed,
+                tasks=decision.signed_tasks,
+                reason_code="evidence_sufficient",
+            )
         with transaction.atomic():
-            ledger_services.ledger_append(kind="gate.decision", subject_type="ticket", subject_id=ticket.pk,
-                                          subject_name=ticket.title, actor=None,
-                                          payload={"decision": decision.pk, "outcome": decision.outcome})  # fmt: skip
+            ledger_services.ledger_append(
+                kind="gate.decision",
+                subject_type="ticket",
+                subject_id=ticket.pk,
+                subject_name=ticket.title,
+                actor=None,
+                payload={"decision": decision.pk, "outcome": decision.outcome},
+            )
         if stage == TicketStatus.DEFAULT:
             review_open(ticket=ticket, reason="quarterly")
 
@@ -221,7 +263,7 @@ def test_the_ticket_detail_runs_a_pinned_number_of_queries(
 
 def _decided_ticket(n: int, *, owner: User, baseline: Backend, model_root: Path) -> ReleaseTicket:
     """An evaluated ticket with ``n`` earlier decisions and ``n`` sign-offs on its current one."""
-    candidate, _ = ledger_services.backend_register(
+    candidate, _ = backend_services.backend_register(
         actor=owner, **backend_fields(model_root, f"decided-{n}", model_revision=f"d{n}")
     )
     ticket = gate_services.ticket_create(owner=owner, **ticket_fields(baseline, candidate))
@@ -235,9 +277,17 @@ def _decided_ticket(n: int, *, owner: User, baseline: Backend, model_root: Path)
         # Test set-up: disagreeing reviewers (a restriction needs none of them to move the ticket yet).
         reviewer = _person(f"reviewer-{n}-{i}", "reviewer")
         verdict = ("approve", "restrict")[i % 2]
-        SignOff.objects.create(ticket=ticket, decision=current, reviewer=reviewer, capacity="platform", verdict=verdict,
-                               tasks=["knowledge_qa"] if verdict == "restrict" else [], reason_code="policy_override",
-                               override=verdict != "restrict", override_reason="second opinion")  # fmt: skip
+        SignOff.objects.create(
+            ticket=ticket,
+            decision=current,
+            reviewer=reviewer,
+            capacity="platform",
+            verdict=verdict,
+            tasks=["knowledge_qa"] if verdict == "restrict" else [],
+            reason_code="policy_override",
+            override=verdict != "restrict",
+            override_reason="second opinion",
+        )
     return ticket
 
 

@@ -18,8 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from rest_framework.test import APIClient
 
-from gates.tokens import api_token_issue
-from optgate.env import env_rate
+from accounts.services import api_token_issue
+from core.env import env_rate
 
 pytestmark = pytest.mark.django_db
 

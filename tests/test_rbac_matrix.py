@@ -46,17 +46,17 @@ from django.views.generic.edit import ProcessFormView
 from rest_framework.test import APIClient
 
 import gates
-from evaluators import imports
+from backends.models import Backend
+from evaluators.imports.services import run_open_for_import
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
-from gates import routing, services, signoff
-from gates.models import GateDecision, ReleaseTicket, TicketStatus
-from ledger.models import Backend, LedgerEntry
+from gates.models import GateDecision, ReleaseTicket, Review, TicketStatus
+from gates.services import routing, signoff
+from gates.services import tickets as services
+from gates.services.reviews import review_open
+from ledger.models import LedgerEntry
 from optgate.urls import router
-from tests.conftest import backend_fields, ticket_fields
-from tests.test_gate_decisions import evaluating_ticket, outcomes, store_run, task_spec, tasks
+from tests.factories import backend_fields, evaluating_ticket, outcomes, store_run, task_spec, tasks, ticket_fields
 from tests.ui_helpers import client_for
-from workers.models import Review
-from workers.reviews import review_open
 
 pytestmark = pytest.mark.django_db
 
@@ -243,15 +243,27 @@ def judged_ticket(owner: User, baseline: Backend, candidate: Backend) -> Release
     """
     passed = outcomes(20, 0.9, 1)
     specs = {task: task_spec(passed) for task in ("cs_summary", "code_assistant")}
-    ticket = evaluating_ticket(owner, baseline, candidate, store_run(baseline, specs), store_run(candidate, specs),
-                               beneficiary_tasks=tasks("cs_summary"), risk_tasks=tasks("code_assistant"))  # fmt: skip
+    ticket = evaluating_ticket(
+        owner,
+        baseline,
+        candidate,
+        store_run(baseline, specs),
+        store_run(candidate, specs),
+        beneficiary_tasks=tasks("cs_summary"),
+        risk_tasks=tasks("code_assistant"),
+    )
     assert ticket.baseline_run is not None and ticket.candidate_run is not None
     GateDecision.objects.create(
-        ticket=ticket, policy_version="default@1", baseline_run=ticket.baseline_run,
-        candidate_run=ticket.candidate_run, outcome="approve", reasons=["every task passes"],
+        ticket=ticket,
+        policy_version="default@1",
+        baseline_run=ticket.baseline_run,
+        candidate_run=ticket.candidate_run,
+        outcome="approve",
+        reasons=["every task passes"],
         verdicts={task: {"status": "pass", "role": "beneficiary", "metrics": []} for task in specs},
-        proposed_routes=dict.fromkeys(specs, "candidate"), allowed_tasks=list(specs),
-    )  # fmt: skip
+        proposed_routes=dict.fromkeys(specs, "candidate"),
+        allowed_tasks=list(specs),
+    )
     return services.ticket_transition(ticket=ticket, action="finish_evaluation", actor=None)
 
 
@@ -284,9 +296,14 @@ class World:
 
     @cached_property
     def run(self) -> EvaluationRun:
-        return EvaluationRun.objects.create(backend=self.baseline, tasks=["cs_summary"], reuse_key="native",
-                                            engine_version="0.32.0", hardware_class="cpu",
-                                            status=RunStatus.SUCCEEDED)  # fmt: skip
+        return EvaluationRun.objects.create(
+            backend=self.baseline,
+            tasks=["cs_summary"],
+            reuse_key="native",
+            engine_version="0.32.0",
+            hardware_class="cpu",
+            status=RunStatus.SUCCEEDED,
+        )
 
     @cached_property
     def evaluated(self) -> ReleaseTicket:
@@ -294,8 +311,9 @@ class World:
 
     def _approved(self) -> ReleaseTicket:
         ticket = judged_ticket(self.owner, self.baseline, self.candidate)
-        assert signoff.signoff_record(ticket=ticket, actor=self.reviewer, verdict="approve",
-                                      reason_code="evidence_sufficient").moved  # fmt: skip
+        assert signoff.signoff_record(
+            ticket=ticket, actor=self.reviewer, verdict="approve", reason_code="evidence_sufficient"
+        ).moved
         return ReleaseTicket.objects.get(pk=ticket.pk)
 
     @cached_property
@@ -332,52 +350,90 @@ class World:
 
     @cached_property
     def importing(self) -> EvaluationRun:
-        return imports.run_open_for_import(backend=self.baseline, tasks=["cs_summary"], actor=self.owner)
+        return run_open_for_import(backend=self.baseline, tasks=["cs_summary"], actor=self.owner)
 
     @cached_property
     def imported(self) -> EvaluationRun:
         run = self.importing
         # Test set-up: quality evidence as an lm-eval import leaves it, so the run may be closed.
-        TaskResult.objects.create(run=run, task="cs_summary", suite_version=run.suite_versions["cs_summary"],
-                                  quality={"n": 1, "pass_rate": 1.0, "source": "lm-eval"})  # fmt: skip
+        TaskResult.objects.create(
+            run=run,
+            task="cs_summary",
+            suite_version=run.suite_versions["cs_summary"],
+            quality={"n": 1, "pass_rate": 1.0, "source": "lm-eval"},
+        )
         return run
 
 
 def _bench_document(backend: Backend) -> dict[str, Any]:
     """A minimal ``vllm bench serve`` result for ``backend`` (two requests)."""
     return {
-        "date": "20261129-101010", "endpoint_type": "openai", "backend": "openai", "label": None,
-        "model_id": backend.model_path, "tokenizer_id": backend.model_path, "num_prompts": 2,
-        "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 4, "duration": 2.0, "completed": 2,
-        "failed": 0, "total_input_tokens": 20, "total_output_tokens": 8, "request_throughput": 1.0,
-        "output_throughput": 4.0, "input_lens": [10, 10], "output_lens": [4, 4], "ttfts": [0.1, 0.2],
-        "itls": [[0.05, 0.05, 0.05], [0.05, 0.05, 0.05]], "latencies": [0.25, 0.35], "errors": ["", ""],
+        "date": "20261129-101010",
+        "endpoint_type": "openai",
+        "backend": "openai",
+        "label": None,
+        "model_id": backend.model_path,
+        "tokenizer_id": backend.model_path,
+        "num_prompts": 2,
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": 4,
+        "duration": 2.0,
+        "completed": 2,
+        "failed": 0,
+        "total_input_tokens": 20,
+        "total_output_tokens": 8,
+        "request_throughput": 1.0,
+        "output_throughput": 4.0,
+        "input_lens": [10, 10],
+        "output_lens": [4, 4],
+        "ttfts": [0.1, 0.2],
+        "itls": [[0.05, 0.05, 0.05], [0.05, 0.05, 0.05]],
+        "latencies": [0.25, 0.35],
+        "errors": ["", ""],
         "start_times": [100.0, 100.5],
-    }  # fmt: skip
+    }
 
 
 def _ticket_form(world: World) -> dict[str, Any]:
-    from tests.test_ui_tickets import form_body
+    from tests.factories import form_body
 
     return form_body(world.baseline, world.candidate, title="Filed through the form")
 
 
 def _backend_form(world: World) -> dict[str, Any]:
     fields = backend_fields(world.model_root, "kit-form", model_revision="r-form")
-    return {**{k: fields[k] for k in ("name", "model_id", "model_path", "model_revision", "engine_version",
-                                      "hardware_class")},
-            "engine_args": "{}", "sampling_params": "{}", "prefix_cache_key_recipe": "{}"}  # fmt: skip
+    return {
+        **{
+            k: fields[k]
+            for k in ("name", "model_id", "model_path", "model_revision", "engine_version", "hardware_class")
+        },
+        "engine_args": "{}",
+        "sampling_params": "{}",
+        "prefix_cache_key_recipe": "{}",
+    }
 
 
 def _api_ticket(world: World) -> dict[str, Any]:
     return {
-        "title": "Filed through the API", "mechanisms": ["prefix_cache"], "bottleneck": "prefill",
-        "bottleneck_evidence": "TTFT p95 3.1 s", "baseline": world.baseline.name, "candidate": world.candidate.name,
-        "beneficiary_tasks": ["knowledge_qa"], "risk_tasks": ["compliance_qa"], "benefit_metrics": ["ttft_p95"],
-        "guardrail_metrics": ["citation_accuracy"], "rollback_target": world.baseline.name,
-        "rollback_plan": {"sacrifices": "TTFT gain", "warmup": "none", "inflight_streams": "finish",
-                          "route_update": "back to the baseline"},
-    }  # fmt: skip
+        "title": "Filed through the API",
+        "mechanisms": ["prefix_cache"],
+        "bottleneck": "prefill",
+        "bottleneck_evidence": "TTFT p95 3.1 s",
+        "baseline": world.baseline.name,
+        "candidate": world.candidate.name,
+        "beneficiary_tasks": ["knowledge_qa"],
+        "risk_tasks": ["compliance_qa"],
+        "benefit_metrics": ["ttft_p95"],
+        "guardrail_metrics": ["citation_accuracy"],
+        "rollback_target": world.baseline.name,
+        "rollback_plan": {
+            "sacrifices": "TTFT gain",
+            "warmup": "none",
+            "inflight_streams": "finish",
+            "route_update": "back to the baseline",
+        },
+    }
 
 
 # Request bodies by row key; a row without one sends no body.
@@ -490,8 +546,9 @@ def rex(db: None) -> User:
     return user
 
 
-def test_a_reviewer_never_signs_off_their_own_ticket(rex: User, rita: User, baseline: Backend,
-                                                     candidate: Backend) -> None:  # fmt: skip
+def test_a_reviewer_never_signs_off_their_own_ticket(
+    rex: User, rita: User, baseline: Backend, candidate: Backend
+) -> None:
     ticket = judged_ticket(rex, baseline, candidate)
     decision = GateDecision.objects.get(ticket=ticket)
     body = {"decision": "approve", "reason_code": "evidence_sufficient"}
@@ -509,8 +566,9 @@ def test_a_reviewer_never_signs_off_their_own_ticket(rex: User, rita: User, base
     assert _client(rita).post(f"/api/v1/tickets/{ticket.pk}/sign-off/", body, format="json").status_code == 201
 
 
-def test_a_reviewer_never_reviews_their_own_optimization(rex: User, rita: User, ada: User, baseline: Backend,
-                                                         candidate: Backend) -> None:  # fmt: skip
+def test_a_reviewer_never_reviews_their_own_optimization(
+    rex: User, rita: User, ada: User, baseline: Backend, candidate: Backend
+) -> None:
     ticket = judged_ticket(rex, baseline, candidate)
     signoff.signoff_record(ticket=ticket, actor=rita, verdict="approve", reason_code="evidence_sufficient")
     routing.routes_start_canary(ticket=ticket, actor=rex)

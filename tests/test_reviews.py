@@ -8,19 +8,18 @@ from unittest import mock
 import pytest
 from django.contrib.auth.models import User
 
-from gates.models import ReleaseTicket
+from core.errors import DomainError, InvalidInput, NotAllowed
+from gates.models import ReleaseTicket, Review, ReviewReason, ReviewStatus
+from gates.services import reviews
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
-from optgate.errors import DomainError, InvalidInput, NotAllowed
-from workers import reviews
-from workers.models import Review, ReviewReason, ReviewStatus
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def _no_broker() -> Any:
-    with mock.patch("workers.tasks.deliver_notification.delay"):
+    with mock.patch("core.queue.enqueue"):
         yield
 
 
@@ -41,7 +40,7 @@ def test_keep_default_closes_the_review_and_ledgers_it(review: Review, rita: Use
 
 
 def test_rollback_moves_every_route_back_through_the_routing_service(review: Review, rita: User) -> None:
-    with mock.patch("gates.routing.routes_rollback") as rollback:
+    with mock.patch("gates.services.routing.routes_rollback") as rollback:
         rollback.return_value.number = 7
         done = reviews.review_complete(review=review, outcome="rollback", actor=rita, comment="quality drift")
     rollback.assert_called_once()
@@ -52,10 +51,11 @@ def test_rollback_moves_every_route_back_through_the_routing_service(review: Rev
 
 
 def test_restrict_moves_only_the_named_tasks_back(review: Review, rita: User) -> None:
-    with mock.patch("gates.routing.routes_rollback") as rollback:
+    with mock.patch("gates.services.routing.routes_rollback") as rollback:
         rollback.return_value.number = 3
-        reviews.review_complete(review=review, outcome="restrict", actor=rita, comment="compliance drift",
-                                restrict_tasks=["knowledge_qa"])  # fmt: skip
+        reviews.review_complete(
+            review=review, outcome="restrict", actor=rita, comment="compliance drift", restrict_tasks=["knowledge_qa"]
+        )
     assert [call.kwargs["task"] for call in rollback.call_args_list] == ["knowledge_qa"]
     assert LedgerEntry.objects.get(kind="review.completed").payload["restrict_tasks"] == ["knowledge_qa"]
 

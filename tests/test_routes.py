@@ -11,18 +11,19 @@ import time_machine
 import yaml
 from django.utils import timezone
 
-from gates import routing, signoff
+from core.errors import DomainError, InvalidInput, NotAllowed
 from gates.models import ReleaseTicket, Route, RouteTableVersion, TicketStatus
+from gates.selectors.routes import route_history, route_table
+from gates.services import routing, signoff
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
-from optgate.errors import DomainError, InvalidInput, NotAllowed
-from tests.test_signoff import decided
+from tests.factories import decided
 
 pytestmark = pytest.mark.django_db
 
 
 def table() -> dict[tuple[str, str], str]:
-    return {(r.task.slug, r.tenant): r.backend.name for r in routing.route_table()}
+    return {(r.task.slug, r.tenant): r.backend.name for r in route_table()}
 
 
 @pytest.fixture
@@ -48,16 +49,20 @@ def in_default(ticket: ReleaseTicket, erin: Any, rita: Any) -> ReleaseTicket:
 
 def test_each_change_is_a_new_readable_version(seeded: None, ada: Any, candidate: Any) -> None:
     assert RouteTableVersion.objects.count() == 3
-    v1 = {(r.task.slug, r.tenant) for r in routing.route_table(version=1)}
+    v1 = {(r.task.slug, r.tenant) for r in route_table(version=1)}
     assert v1 == {("cs_summary", "")}
     assert set(table()) == {("cs_summary", ""), ("code_assistant", ""), ("knowledge_qa", "")}
-    history = routing.route_history()[0]
+    history = route_history()[0]
     assert history.number == 3 and history.changes == [
         {"task": "knowledge_qa", "tenant": None, "from": None, "to": "kit-bf16"}
     ]
     with pytest.raises(DomainError, match="already says this"):
-        routing.routes_set(task="knowledge_qa", backend=Route.objects.get(version__number=3,
-                           task__slug="knowledge_qa").backend, actor=ada, reason="again")  # fmt: skip
+        routing.routes_set(
+            task="knowledge_qa",
+            backend=Route.objects.get(version__number=3, task__slug="knowledge_qa").backend,
+            actor=ada,
+            reason="again",
+        )
 
 
 def test_only_admins_set_routes_by_hand(db: None, rita: Any, erin: Any, baseline: Any) -> None:
@@ -71,9 +76,12 @@ def test_canary_routes_the_signed_tasks_for_the_canary_tenants_only(approved: Re
     ticket = routing.routes_start_canary(ticket=approved, actor=erin)
     assert ticket.status == TicketStatus.CANARY
     assert table() == {
-        ("cs_summary", ""): "kit-bf16", ("code_assistant", ""): "kit-bf16", ("knowledge_qa", ""): "kit-bf16",
-        ("cs_summary", "tenant-a"): "kit-bf16-prefix-cache", ("code_assistant", "tenant-a"): "kit-bf16-prefix-cache",
-    }  # fmt: skip
+        ("cs_summary", ""): "kit-bf16",
+        ("code_assistant", ""): "kit-bf16",
+        ("knowledge_qa", ""): "kit-bf16",
+        ("cs_summary", "tenant-a"): "kit-bf16-prefix-cache",
+        ("code_assistant", "tenant-a"): "kit-bf16-prefix-cache",
+    }
     assert RouteTableVersion.objects.get(number=4).kind == "canary"
 
 
@@ -85,8 +93,11 @@ def test_promotion_waits_for_the_observation_window(approved: ReleaseTicket, eri
         ticket = routing.routes_promote(ticket=approved, actor=rita, reason="window clean")
     assert ticket.status == TicketStatus.DEFAULT
     # The candidate is now the default; the canary's tenant routes are gone.
-    assert table() == {("cs_summary", ""): "kit-bf16-prefix-cache", ("code_assistant", ""): "kit-bf16-prefix-cache",
-                       ("knowledge_qa", ""): "kit-bf16"}  # fmt: skip
+    assert table() == {
+        ("cs_summary", ""): "kit-bf16-prefix-cache",
+        ("code_assistant", ""): "kit-bf16-prefix-cache",
+        ("knowledge_qa", ""): "kit-bf16",
+    }
 
 
 def test_rollback_moves_only_the_chosen_task(approved: ReleaseTicket, erin: Any, rita: Any) -> None:
@@ -95,10 +106,14 @@ def test_rollback_moves_only_the_chosen_task(approved: ReleaseTicket, erin: Any,
     version = routing.routes_rollback(
         ticket=ticket, actor=erin, reason="code suggestions truncated", task="code_assistant"
     )
-    assert version.changes == [{"task": "code_assistant", "tenant": None, "from": "kit-bf16-prefix-cache",
-                                "to": "kit-bf16"}]  # fmt: skip
-    assert table() == {("cs_summary", ""): "kit-bf16-prefix-cache", ("code_assistant", ""): "kit-bf16",
-                       ("knowledge_qa", ""): "kit-bf16"}  # fmt: skip
+    assert version.changes == [
+        {"task": "code_assistant", "tenant": None, "from": "kit-bf16-prefix-cache", "to": "kit-bf16"}
+    ]
+    assert table() == {
+        ("cs_summary", ""): "kit-bf16-prefix-cache",
+        ("code_assistant", ""): "kit-bf16",
+        ("knowledge_qa", ""): "kit-bf16",
+    }
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.DEFAULT  # cs_summary still runs on the candidate
     entry = LedgerEntry.objects.get(kind="route.rollback")
@@ -110,8 +125,10 @@ def test_rollback_moves_only_the_chosen_task(approved: ReleaseTicket, erin: Any,
 def test_rolling_back_all_of_a_tickets_tasks_moves_the_ticket(approved: ReleaseTicket, erin: Any, rita: Any) -> None:
     routing.routes_start_canary(ticket=approved, actor=erin)
     version = routing.routes_rollback(ticket=approved, actor=rita, reason="tenant-a complaints")
-    assert {(c["task"], c["tenant"]) for c in version.changes} == {("cs_summary", "tenant-a"),
-                                                                   ("code_assistant", "tenant-a")}  # fmt: skip
+    assert {(c["task"], c["tenant"]) for c in version.changes} == {
+        ("cs_summary", "tenant-a"),
+        ("code_assistant", "tenant-a"),
+    }
     assert "kit-bf16-prefix-cache" not in table().values()
     approved.refresh_from_db()
     assert approved.status == TicketStatus.ROLLED_BACK
@@ -139,8 +156,9 @@ def test_routes_cannot_start_without_a_signed_decision(seeded: None, erin: Any, 
         routing.routes_start_canary(ticket=ticket, actor=erin)
 
 
-def test_a_restricted_ticket_routes_only_its_passing_tasks(seeded: None, erin: Any, rita: Any, baseline: Any,
-                                                            candidate: Any) -> None:  # fmt: skip
+def test_a_restricted_ticket_routes_only_its_passing_tasks(
+    seeded: None, erin: Any, rita: Any, baseline: Any, candidate: Any
+) -> None:
     ticket = decided("restrict", erin, baseline, candidate)
     signoff.signoff_record(ticket=ticket, actor=rita, verdict="restrict", reason_code="guardrail_regression")
     routing.routes_start_canary(ticket=ticket, actor=erin)
@@ -148,8 +166,9 @@ def test_a_restricted_ticket_routes_only_its_passing_tasks(seeded: None, erin: A
     assert table()[("cs_summary", "tenant-a")] == "kit-bf16-prefix-cache"
 
 
-def test_the_routes_api_reads_history_and_rolls_back(api_for: Any, approved: ReleaseTicket, erin: Any, olga: Any,
-                                                     rita: Any) -> None:  # fmt: skip
+def test_the_routes_api_reads_history_and_rolls_back(
+    api_for: Any, approved: ReleaseTicket, erin: Any, olga: Any, rita: Any
+) -> None:
     ticket = in_default(approved, erin, rita)
     current = api_for(olga).get("/api/v1/routes/")
     assert current.status_code == 200 and current.data["version"] == 5
@@ -166,8 +185,9 @@ def test_the_routes_api_reads_history_and_rolls_back(api_for: Any, approved: Rel
     assert rolled.status_code == 200 and rolled.data["status"] == "default"  # its other tasks stay on the candidate
     latest = api_for(olga).get("/api/v1/routes/history/").data["results"][0]
     assert latest["kind"] == "rollback" and latest["number"] == 6
-    assert latest["changes"] == [{"task": "cs_summary", "tenant": None, "from": "kit-bf16-prefix-cache",
-                                  "to": "kit-bf16"}]  # fmt: skip
+    assert latest["changes"] == [
+        {"task": "cs_summary", "tenant": None, "from": "kit-bf16-prefix-cache", "to": "kit-bf16"}
+    ]
     assert api_for(erin).post(url, body, format="json").status_code == 409
 
 
@@ -178,8 +198,9 @@ def test_the_canary_and_promote_api(api_for: Any, approved: ReleaseTicket, erin:
     assert early.status_code == 409 and "observation window" in early.data["detail"]
 
 
-def test_the_json_export_parses_and_names_every_route(api_for: Any, approved: ReleaseTicket, erin: Any,
-                                                      olga: Any) -> None:  # fmt: skip
+def test_the_json_export_parses_and_names_every_route(
+    api_for: Any, approved: ReleaseTicket, erin: Any, olga: Any
+) -> None:
     routing.routes_start_canary(ticket=approved, actor=erin)
     response = api_for(olga).get("/api/v1/routes/export/?format=json")
     assert response.status_code == 200
@@ -193,16 +214,22 @@ def test_the_json_export_parses_and_names_every_route(api_for: Any, approved: Re
         assert route["served_model_name"] == route["backend"]["name"]
 
 
-def test_the_litellm_export_has_the_router_config_shape(api_for: Any, approved: ReleaseTicket, erin: Any,
-                                                        olga: Any) -> None:  # fmt: skip
+def test_the_litellm_export_has_the_router_config_shape(
+    api_for: Any, approved: ReleaseTicket, erin: Any, olga: Any
+) -> None:
     routing.routes_start_canary(ticket=approved, actor=erin)
     response = api_for(olga).get("/api/v1/routes/export/?format=litellm")
     assert response.status_code == 200
     config = yaml.safe_load(yaml.safe_dump(json.loads(response.content)))
     assert set(config) == {"model_list", "router_settings"}
     entries = {entry["model_name"]: entry for entry in config["model_list"]}
-    assert set(entries) == {"cs_summary", "code_assistant", "knowledge_qa", "cs_summary@tenant-a",
-                            "code_assistant@tenant-a"}  # fmt: skip
+    assert set(entries) == {
+        "cs_summary",
+        "code_assistant",
+        "knowledge_qa",
+        "cs_summary@tenant-a",
+        "code_assistant@tenant-a",
+    }
     canary = entries["cs_summary@tenant-a"]["litellm_params"]
     assert canary["model"] == "openai/kit-bf16-prefix-cache"
     assert canary["api_base"] == "http://kit-bf16-prefix-cache:8000/v1"

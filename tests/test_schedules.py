@@ -12,14 +12,14 @@ import time_machine
 from django.contrib.auth.models import User
 from django_celery_beat.models import PeriodicTask
 
-from gates import services as gate_services
-from gates.models import ReleaseTicket, TicketStatus
-from ledger import services as ledger_services
-from ledger.models import Backend
-from tests.conftest import backend_fields
-from workers import reviews
-from workers.models import Notification, Review, ReviewReason, ReviewStatus
-from workers.schedules import SCHEDULES, install_schedules
+from backends import services as backend_services
+from backends.models import Backend
+from gates.models import Notification, ReleaseTicket, Review, ReviewReason, ReviewStatus, TicketStatus
+from gates.services import reviews
+from gates.services import tickets as gate_services
+from tests.factories import backend_fields
+from workers.schedules import SCHEDULES
+from workers.services import schedules_install
 
 pytestmark = pytest.mark.django_db
 
@@ -28,14 +28,20 @@ T0 = datetime(2027, 1, 4, 9, 0, tzinfo=UTC)
 
 @pytest.fixture(autouse=True)
 def _no_broker() -> Any:
-    with mock.patch("workers.tasks.deliver_notification.delay"):
+    with mock.patch("core.queue.enqueue"):
         yield
 
 
 def _walk(ticket: ReleaseTicket, erin: User, rita: User, *actions: str) -> ReleaseTicket:
     """Move a ticket through its lifecycle with the service, as people and the system would."""
-    actors: dict[str, User | None] = {"submit": erin, "start_evaluation": None, "finish_evaluation": None,
-                                      "approve": rita, "start_canary": erin, "promote": None}  # fmt: skip
+    actors: dict[str, User | None] = {
+        "submit": erin,
+        "start_evaluation": None,
+        "finish_evaluation": None,
+        "approve": rita,
+        "start_canary": erin,
+        "promote": None,
+    }
     for action in actions:
         ticket = gate_services.ticket_transition(ticket=ticket, action=action, actor=actors[action])
     return ticket
@@ -45,16 +51,21 @@ TO_CANARY = ("submit", "start_evaluation", "finish_evaluation", "approve", "star
 
 
 def test_every_schedule_is_installed_once_and_again_idempotently() -> None:
-    install_schedules()
-    install_schedules()
+    schedules_install()
+    schedules_install()
     tasks = dict(PeriodicTask.objects.values_list("name", "task"))
     assert tasks == {item.name: item.task for item in SCHEDULES}
-    assert set(tasks.values()) == {"optgate.sweep", "optgate.close_observation_windows", "optgate.open_due_reviews",
-                                   "optgate.remind_reviews"}  # fmt: skip
+    assert set(tasks.values()) == {
+        "optgate.sweep",
+        "optgate.close_observation_windows",
+        "optgate.open_due_reviews",
+        "optgate.remind_reviews",
+    }
 
 
-def test_it_prompts_promotion_once_when_the_observation_window_ends(draft: ReleaseTicket, erin: User,
-                                                                    rita: User) -> None:  # fmt: skip
+def test_it_prompts_promotion_once_when_the_observation_window_ends(
+    draft: ReleaseTicket, erin: User, rita: User
+) -> None:
     with time_machine.travel(T0, tick=False):
         ticket = _walk(draft, erin, rita, *TO_CANARY)  # observation window: 72 h
     with time_machine.travel(T0 + timedelta(hours=71), tick=False):
@@ -68,20 +79,22 @@ def test_it_prompts_promotion_once_when_the_observation_window_ends(draft: Relea
     assert ticket.status == TicketStatus.CANARY
 
 
-def test_it_promotes_automatically_where_the_policy_allows(draft: ReleaseTicket, erin: User, rita: User,
-                                                           settings: Any) -> None:  # fmt: skip
+def test_it_promotes_automatically_where_the_policy_allows(
+    draft: ReleaseTicket, erin: User, rita: User, settings: Any
+) -> None:
     settings.OPTGATE_AUTO_PROMOTE_RISK_TIERS = ["low", "medium", "high"]
     with time_machine.travel(T0, tick=False):
         ticket = _walk(draft, erin, rita, *TO_CANARY)
-    with time_machine.travel(T0 + timedelta(hours=73), tick=False), \
-            mock.patch("gates.routing.routes_promote") as promote:  # fmt: skip
+    with (
+        time_machine.travel(T0 + timedelta(hours=73), tick=False),
+        mock.patch("gates.services.routing.routes_promote") as promote,
+    ):
         assert reviews.observation_windows_close() == [(ticket.pk, "promoted")]
     promote.assert_called_once()
     assert promote.call_args.kwargs["actor"] is None
 
 
-def test_a_quarterly_review_falls_due_with_reminders_until_done(draft: ReleaseTicket, erin: User,
-                                                                rita: User) -> None:  # fmt: skip
+def test_a_quarterly_review_falls_due_with_reminders_until_done(draft: ReleaseTicket, erin: User, rita: User) -> None:
     with time_machine.travel(T0, tick=False):
         ticket = _walk(draft, erin, rita, *TO_CANARY, "promote")
     with time_machine.travel(T0 + timedelta(days=90), tick=False):
@@ -107,8 +120,9 @@ def test_a_quarterly_review_falls_due_with_reminders_until_done(draft: ReleaseTi
         assert len(reviews.reviews_open_due()) == 1
 
 
-def test_an_approval_not_used_within_its_lifetime_expires_into_review(draft: ReleaseTicket, erin: User,
-                                                                      rita: User, settings: Any) -> None:  # fmt: skip
+def test_an_approval_not_used_within_its_lifetime_expires_into_review(
+    draft: ReleaseTicket, erin: User, rita: User, settings: Any
+) -> None:
     settings.OPTGATE_APPROVAL_TTL_DAYS = 30
     with time_machine.travel(T0, tick=False):
         ticket = _walk(draft, erin, rita, "submit", "start_evaluation", "finish_evaluation", "approve")
@@ -128,13 +142,18 @@ def test_a_backend_moved_to_a_new_engine_version_queues_a_recheck(
         ticket = _walk(draft, erin, rita, *TO_CANARY)
         assert reviews.backends_recheck() == []
     candidate = ticket.candidate
-    fields = backend_fields(model_root, "kit-bf16-prefix-cache-v033", engine_version="0.33.0",
-                            engine_args=candidate.engine_args)  # fmt: skip
+    fields = backend_fields(
+        model_root, "kit-bf16-prefix-cache-v033", engine_version="0.33.0", engine_args=candidate.engine_args
+    )
     with time_machine.travel(T0 + timedelta(days=3), tick=False):
-        ledger_services.backend_register(actor=erin, **fields)
+        backend_services.backend_register(actor=erin, **fields)
         [review] = reviews.backends_recheck()
         assert reviews.backends_recheck() == []
     assert review.reason == ReviewReason.ENGINE_CHANGED
-    assert review.details == {"field": "engine_version", "from": "0.32.0", "to": "0.33.0",
-                              "backend": "kit-bf16-prefix-cache-v033"}  # fmt: skip
+    assert review.details == {
+        "field": "engine_version",
+        "from": "0.32.0",
+        "to": "0.33.0",
+        "backend": "kit-bf16-prefix-cache-v033",
+    }
     assert Review.objects.filter(ticket=ticket, reason=ReviewReason.HARDWARE_CHANGED).count() == 0

@@ -14,8 +14,8 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from gates.tokens import api_token_issue
-from optgate.log_redaction import MASK, RedactSecretsFilter, redact
+from accounts.services import api_token_issue
+from core.log_redaction import MASK, RedactSecretsFilter, redact
 
 pytestmark = pytest.mark.django_db
 

@@ -7,22 +7,14 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 
-from gates import decisions, signoff
+from core.errors import DomainError, InvalidInput, NotAllowed
 from gates.models import GateDecision, ReleaseTicket, SignOff, TicketStatus
+from gates.services import decisions, signoff
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_entries, ledger_verify
-from optgate.errors import DomainError, InvalidInput, NotAllowed
-from tests.test_gate_decisions import scenario
+from tests.factories import decided, scenario
 
 pytestmark = pytest.mark.django_db
-
-
-def decided(outcome: str, owner: User, baseline: Any, candidate: Any, **overrides: Any) -> ReleaseTicket:
-    ticket = scenario(outcome, owner, baseline, candidate, **overrides)
-    decision = decisions.decision_make(ticket=ticket)
-    assert decision.outcome == outcome.removesuffix("_high_risk"), decision.reasons
-    ticket.refresh_from_db()
-    return ticket
 
 
 def grant(user: User, *groups: str) -> None:
@@ -35,8 +27,9 @@ def sign(ticket: ReleaseTicket, user: User, verdict: str, **extra: Any) -> signo
     return signoff.signoff_record(ticket=ticket, actor=user, verdict=verdict, **extra)
 
 
-def test_a_platform_reviewer_agreeing_with_the_policy_moves_the_ticket(erin: Any, rita: Any, baseline: Any,
-                                                                        candidate: Any) -> None:  # fmt: skip
+def test_a_platform_reviewer_agreeing_with_the_policy_moves_the_ticket(
+    erin: Any, rita: Any, baseline: Any, candidate: Any
+) -> None:
     ticket = decided("approve", erin, baseline, candidate)
     result = sign(ticket, rita, "approve", comment="both tasks faster, quality unchanged")
     assert result.moved and result.ticket.status == TicketStatus.APPROVED
@@ -107,8 +100,9 @@ def test_reviewers_agreeing_with_a_restriction_move_it_to_the_passing_tasks(
     assert GateDecision.objects.get().signed_tasks == ["cs_summary"]
 
 
-def test_a_high_risk_task_needs_the_business_owner(erin: Any, rita: Any, bella: Any, baseline: Any,
-                                                   candidate: Any) -> None:  # fmt: skip
+def test_a_high_risk_task_needs_the_business_owner(
+    erin: Any, rita: Any, bella: Any, baseline: Any, candidate: Any
+) -> None:
     ticket = decided("approve_high_risk", erin, baseline, candidate)  # knowledge_qa is high risk
     first = sign(ticket, rita, "approve")
     assert not first.moved and first.state.missing == ("a business owner reviewer",)
@@ -122,8 +116,9 @@ def test_a_high_risk_task_needs_the_business_owner(erin: Any, rita: Any, bella: 
     assert second.state.capacities == ("business_owner", "platform")
 
 
-def test_required_capacities_come_from_settings(settings: Any, erin: Any, rita: Any, baseline: Any,
-                                                candidate: Any) -> None:  # fmt: skip
+def test_required_capacities_come_from_settings(
+    settings: Any, erin: Any, rita: Any, baseline: Any, candidate: Any
+) -> None:
     settings.OPTGATE_SIGNOFF_CAPACITIES = {"low": ["platform"], "medium": ["platform", "sre"], "high": ["platform"]}
     ticket = decided("approve", erin, baseline, candidate)  # two medium-risk tasks
     assert sign(ticket, rita, "approve").state.missing == ("a sre reviewer",)
@@ -133,19 +128,18 @@ def test_required_capacities_come_from_settings(settings: Any, erin: Any, rita: 
 
 
 @pytest.mark.database
-def test_a_rejection_becomes_a_searchable_not_adopted_plan(erin: Any, rita: Any, baseline: Any,
-                                                           candidate: Any) -> None:  # fmt: skip
+def test_a_rejection_becomes_a_searchable_not_adopted_plan(erin: Any, rita: Any, baseline: Any, candidate: Any) -> None:
     ticket = decided("reject", erin, baseline, candidate)
-    result = sign(ticket, rita, "reject", reason_code="guardrail_regression",
-                  comment="INT4 breaks DataAgent SQL by 10 points")  # fmt: skip
+    result = sign(
+        ticket, rita, "reject", reason_code="guardrail_regression", comment="INT4 breaks DataAgent SQL by 10 points"
+    )
     assert result.moved and result.ticket.status == TicketStatus.REJECTED
     found = ledger_entries(not_adopted=True, search="DataAgent SQL")
     assert [e.subject_id for e in found] == [str(ticket.pk)]
     assert found[0].payload["plan"]["risk_tasks"] == ["dataagent_nl2sql"]
 
 
-def test_sign_off_needs_a_decision_awaiting_it(erin: Any, rita: Any, bella: Any, baseline: Any,
-                                               candidate: Any) -> None:  # fmt: skip
+def test_sign_off_needs_a_decision_awaiting_it(erin: Any, rita: Any, bella: Any, baseline: Any, candidate: Any) -> None:
     ticket = scenario("approve", erin, baseline, candidate)  # evaluating, not judged yet
     with pytest.raises(DomainError, match="is evaluating"):
         sign(ticket, rita, "approve")
@@ -168,13 +162,21 @@ def test_it_validates_verdict_reason_code_and_tasks(erin: Any, rita: Any, baseli
     assert not SignOff.objects.exists()
 
 
-def test_the_decision_api_shows_sign_offs_and_what_is_missing(api_for: Any, erin: Any, rita: Any, baseline: Any,
-                                                              candidate: Any) -> None:  # fmt: skip
+def test_the_decision_api_shows_sign_offs_and_what_is_missing(
+    api_for: Any, erin: Any, rita: Any, baseline: Any, candidate: Any
+) -> None:
     ticket = decided("approve_high_risk", erin, baseline, candidate)
     sign(ticket, rita, "approve", comment="fine by platform")
     data = api_for(erin).get(f"/api/v1/tickets/{ticket.pk}/decision/").data
     assert [s["reviewer"] for s in data["sign_offs"]] == ["rita"]
-    assert data["sign_off_state"] == [{
-        "verdict": "approve", "tasks": ["cs_summary", "knowledge_qa"], "override": False, "reviewers": ["rita"],
-        "capacities": ["platform"], "missing": ["a business owner reviewer"], "complete": False,
-    }]  # fmt: skip
+    assert data["sign_off_state"] == [
+        {
+            "verdict": "approve",
+            "tasks": ["cs_summary", "knowledge_qa"],
+            "override": False,
+            "reviewers": ["rita"],
+            "capacities": ["platform"],
+            "missing": ["a business owner reviewer"],
+            "complete": False,
+        }
+    ]

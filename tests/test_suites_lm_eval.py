@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from evaluators.suites import SUITES, get_suite
+from evaluators.suites.lm_eval_task import write_task_folder
 
 
 class _LenientLoader(yaml.SafeLoader):
@@ -36,7 +37,7 @@ def loaded_tasks(task_dir: Path) -> Iterator[dict[str, Any]]:
     mp.setenv("HF_HUB_OFFLINE", "1")
     from lm_eval.tasks import TaskManager
 
-    names = [suite.write_lm_eval_task(task_dir) for suite in SUITES.values()]
+    names = [write_task_folder(suite, task_dir) for suite in SUITES.values()]
     tasks = TaskManager(include_path=str(task_dir), include_defaults=False).load(names)["tasks"]
     yield tasks
     mp.undo()
@@ -44,7 +45,7 @@ def loaded_tasks(task_dir: Path) -> Iterator[dict[str, Any]]:
 
 def test_it_writes_a_yaml_with_an_absolute_data_path_and_both_metrics(tmp_path: Path) -> None:
     suite = get_suite("dataagent_nl2sql")
-    name = suite.write_lm_eval_task(tmp_path)
+    name = write_task_folder(suite, tmp_path)
     assert name == "optgate_dataagent_nl2sql"
     config = yaml.load((tmp_path / name / f"{name}.yaml").read_text(), Loader=_LenientLoader)
     data_file = Path(config["dataset_kwargs"]["data_files"]["test"])

@@ -11,7 +11,7 @@ from evaluators.suites import SUITES, get_suite
 from evaluators.suites.base import PROMPT_SHAPES, SampleScore, distinct_prompts, extract_json_object, strip_code_fences
 from evaluators.suites.generate import main as generate_main
 from evaluators.suites.generate import stale_files
-from gates.policy import load_policy
+from gates.policy.parse import load_policy
 
 EXPECTED_SLUGS = {"cs_summary", "knowledge_qa", "dataagent_nl2sql", "code_assistant", "compliance_qa", "tool_calling"}
 ALL_SUITES = sorted(SUITES)

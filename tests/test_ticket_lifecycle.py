@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from gates import services
+from core.errors import InvalidInput, NotAllowed
 from gates.models import TRANSITIONS, IllegalTransition, ReleaseTicket, TicketStatus
+from gates.services import tickets as services
 from ledger.models import LedgerEntry
-from optgate.errors import InvalidInput, NotAllowed
 
 pytestmark = pytest.mark.django_db
 
@@ -55,10 +55,16 @@ def test_it_walks_the_whole_happy_path_with_a_ledger_entry_per_step(draft: Relea
         draft = services.ticket_transition(ticket=draft, action=action, actor=actor, reason=reason)
     assert draft.status == TicketStatus.RETIRED
     kinds = list(LedgerEntry.objects.filter(subject_type="ticket").order_by("seq").values_list("kind", flat=True))
-    assert kinds[-len(steps):] == [
-        "ticket.submitted", "ticket.evaluating", "ticket.evaluated", "ticket.approved", "ticket.canary",
-        "ticket.default", "ticket.rolled_back", "ticket.retired",
-    ]  # fmt: skip
+    assert kinds[-len(steps) :] == [
+        "ticket.submitted",
+        "ticket.evaluating",
+        "ticket.evaluated",
+        "ticket.approved",
+        "ticket.canary",
+        "ticket.default",
+        "ticket.rolled_back",
+        "ticket.retired",
+    ]
     assert LedgerEntry.objects.count() == before + len(steps)
     rollback = LedgerEntry.objects.get(kind="ticket.rolled_back")
     assert rollback.payload["reason"] == "citation complaints"

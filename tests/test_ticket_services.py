@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from gates import services
+from backends.models import Backend
+from core.errors import DomainError, InvalidInput, NotAllowed
 from gates.models import ReleaseTicket, TaskType, TicketStatus
-from ledger.models import Backend, LedgerEntry
-from optgate.errors import DomainError, InvalidInput, NotAllowed
-from tests.conftest import ticket_fields
+from gates.services import tickets as services
+from ledger.models import LedgerEntry
+from tests.factories import ticket_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -72,8 +73,9 @@ def test_it_refuses_a_task_that_is_both_beneficiary_and_risk(erin: Any, baseline
 def test_it_refuses_beneficiary_tasks_outside_the_candidates_model_card(
     erin: Any, baseline: Backend, make_backend: Any
 ) -> None:
-    sql_only = make_backend("kit-int4", model_card={"allowed_tasks": ["dataagent_nl2sql"]},
-                            engine_args={"max_model_len": 1024})  # fmt: skip
+    sql_only = make_backend(
+        "kit-int4", model_card={"allowed_tasks": ["dataagent_nl2sql"]}, engine_args={"max_model_len": 1024}
+    )
     with pytest.raises(InvalidInput) as caught:
         services.ticket_create(owner=erin, **ticket_fields(baseline, sql_only))
     assert "knowledge_qa" in caught.value.errors["beneficiary_tasks"]
@@ -93,8 +95,10 @@ def test_it_edits_a_draft_and_records_what_changed(draft: ReleaseTicket, erin: A
     assert draft.title == "Prefix caching v2"
     assert list(draft.risk_tasks.values_list("slug", flat=True)) == ["code_assistant"]
     entry = LedgerEntry.objects.get(kind="ticket.updated")
-    assert entry.payload["changed"]["title"] == {"before": "Prefix caching for the knowledge assistant",
-                                                 "after": "Prefix caching v2"}  # fmt: skip
+    assert entry.payload["changed"]["title"] == {
+        "before": "Prefix caching for the knowledge assistant",
+        "after": "Prefix caching v2",
+    }
     assert entry.payload["changed"]["risk_tasks"]["after"] == ["code_assistant"]
 
 

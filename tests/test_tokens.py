@@ -16,19 +16,19 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.apps import apps
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from gates.models import ApiToken
-from gates.tokens import api_token_issue, api_token_revoke, api_token_rotate, key_prefix
+from accounts.models import ApiToken
+from accounts.services import api_token_issue, api_token_revoke, api_token_rotate, key_prefix
+from core.errors import InvalidInput
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
-from optgate.errors import InvalidInput
 
 pytestmark = pytest.mark.django_db
 
@@ -81,13 +81,17 @@ def test_it_authenticates_a_valid_key_and_refuses_a_wrong_one(erin: User) -> Non
     ("spoil", "message"),
     [
         (lambda token: api_token_revoke(actor=None, token=token), "token revoked; ask for a new one"),
-        (lambda token: ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1)),
-         "token expired; rotate it or ask for a new one"),
-        (lambda token: User.objects.filter(pk=token.user_id).update(is_active=False),
-         "user inactive: the account was deactivated"),
+        (
+            lambda token: ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1)),
+            "token expired; rotate it or ask for a new one",
+        ),
+        (
+            lambda token: User.objects.filter(pk=token.user_id).update(is_active=False),
+            "user inactive: the account was deactivated",
+        ),
     ],
     ids=["revoked", "expired", "inactive-user"],
-)  # fmt: skip
+)
 def test_it_refuses_revoked_expired_and_inactive_user_tokens_with_401(erin: User, spoil: Any, message: str) -> None:
     issued = api_token_issue(actor=erin, user=erin)
     assert client_with(issued.key).get(TICKETS).status_code == 200
@@ -204,7 +208,7 @@ def test_deleting_a_token_revokes_it_and_keeps_the_row(erin: User, olga: User) -
 def test_services_refuse_anonymous_actors(erin: User) -> None:
     from django.contrib.auth.models import AnonymousUser
 
-    from optgate.errors import NotAllowed
+    from core.errors import NotAllowed
 
     issued = api_token_issue(actor=erin, user=erin)
     with pytest.raises(NotAllowed):
@@ -233,7 +237,7 @@ def test_issuing_rotating_and_revoking_are_in_the_ledger_without_any_secret(erin
         ("token.issued", "erin", f"erin/ci ({new})", {**owner, "prefix": new, "replaces": old}),
         ("token.revoked", "erin", f"erin/ci ({old})", {**owner, "prefix": old, "reason": rotation}),
         ("token.revoked", "ada", f"erin/ci ({new})", {**owner, "prefix": new, "reason": "revoked"}),
-    ]  # fmt: skip
+    ]
     # Neither key nor stored hash reaches the ledger, and the chain holds.
     stored = [e.payload for e in LedgerEntry.objects.all()] + [e.subject_name for e in LedgerEntry.objects.all()]
     for key, token in ((made["key"], made["id"]), (rotated["key"], rotated["id"])):
@@ -302,11 +306,15 @@ def test_create_user_with_token_prints_a_working_key(db: None) -> None:
 def test_the_migration_hashes_old_plaintext_keys_so_clients_keep_working(erin: User) -> None:
     legacy_key = "9f" * 20  # the 40 hex digits rest_framework.authtoken generated
     with connection.cursor() as cursor:
-        cursor.execute("CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, created timestamp NOT NULL, "
-                       "user_id integer NOT NULL)")  # fmt: skip
+        cursor.execute(
+            "CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, created timestamp NOT NULL, "
+            "user_id integer NOT NULL)"
+        )
         cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s)", [legacy_key, timezone.now(), erin.pk])
     migration = importlib.import_module("gates.migrations.0005_apitoken")
-    migration.carry_over_authtoken_keys(apps, SimpleNamespace(connection=connection))
+    # The models as that migration saw them (API tokens lived in the gates app then).
+    historical = MigrationLoader(connection).project_state(("gates", "0005_apitoken")).apps
+    migration.carry_over_authtoken_keys(historical, SimpleNamespace(connection=connection))
     with connection.cursor() as cursor:
         cursor.execute("SELECT COUNT(*) FROM authtoken_token")
         assert cursor.fetchone()[0] == 0  # the plaintext is gone

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from gates import services
 from gates.models import ReleaseTicket, TicketStatus
-from tests.conftest import ticket_fields
+from gates.services import tickets as services
+from tests.factories import ticket_fields
 from tests.ui_helpers import client_for
 
 pytestmark = pytest.mark.django_db

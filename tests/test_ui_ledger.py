@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gates import services
+from gates.services import tickets as services
 from ledger.models import LedgerEntry
-from tests.conftest import ticket_fields
+from tests.factories import ticket_fields
 from tests.ui_helpers import client_for, evaluated_ticket
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]

@@ -10,11 +10,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from evaluators.models import EvaluationRun, RunStatus
-from gates import services
 from gates.models import ReleaseTicket
-from tests.conftest import ticket_fields
+from gates.services import tickets as services
+from gates.services.reviews import review_open
+from tests.factories import ticket_fields
 from tests.ui_helpers import client_for, evaluated_ticket
-from workers.reviews import review_open
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db]
 

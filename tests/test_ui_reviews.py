@@ -6,10 +6,9 @@ from typing import Any
 
 import pytest
 
-from gates.models import RouteTableVersion, TicketStatus
+from gates.models import Review, ReviewStatus, RouteTableVersion, TicketStatus
+from gates.services.reviews import review_open
 from tests.ui_helpers import client_for, evaluated_ticket
-from workers.models import Review, ReviewStatus
-from workers.reviews import review_open
 
 pytestmark = pytest.mark.django_db
 

@@ -7,38 +7,14 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group
 
-from gates import services
-from gates.forms import PRESETS
+from gates.forms.presets import PRESETS
 from gates.models import GateDecision, ReleaseTicket, TicketStatus
+from gates.services import tickets as services
 from ledger.models import LedgerEntry
+from tests.factories import form_body
 from tests.ui_helpers import client_for, evaluated_ticket
 
 pytestmark = pytest.mark.django_db
-
-
-def form_body(baseline: Any, candidate: Any, **overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "title": "Prefix caching for the knowledge assistant",
-        "mechanisms": ["prefix_cache"],
-        "bottleneck": "prefill",
-        "bottleneck_evidence": "TTFT p95 3.1 s on 6k-token documents",
-        "baseline": baseline.pk,
-        "candidate": candidate.pk,
-        "beneficiary_tasks": ["knowledge_qa"],
-        "risk_tasks": ["compliance_qa"],
-        "benefit_metrics": ["ttft_p95", "prefix_cache_hit_rate"],
-        "guardrail_metrics": ["citation_accuracy"],
-        "rollback_target": baseline.pk,
-        "rollback_sacrifices": "TTFT gain",
-        "rollback_warmup": "none",
-        "rollback_inflight_streams": "finish on the candidate",
-        "rollback_route_update": "knowledge_qa back to kit-bf16",
-        "observation_window_hours": "72",
-        "canary_tenants": "tenant-a, tenant-b",
-        "canary_business_domain": "support",
-    }
-    body.update(overrides)
-    return body
 
 
 def test_an_engineer_files_a_ticket_through_the_form(erin: Any, baseline: Any, candidate: Any) -> None:
@@ -83,7 +59,7 @@ def test_a_preset_fills_mechanism_bottleneck_metrics_and_an_args_snippet(erin: A
 
 @pytest.mark.parametrize("slug", sorted(PRESETS))
 def test_every_preset_names_known_metrics_and_valid_engine_args(slug: str) -> None:
-    from evaluators.engine_args import validate_engine_args
+    from backends.engine_args import validate_engine_args
     from gates.vocabulary import METRICS
 
     preset = PRESETS[slug]

@@ -37,16 +37,18 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
-from evaluators import engine
+from backends import services as backend_services
+from backends.models import Backend
+from evaluators import processes
 from evaluators import services as run_services
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, TaskResult
-from gates import services as gate_services
 from gates.models import GateDecision, ReleaseTicket, TicketStatus
-from ledger import services as ledger_services
-from ledger.models import Backend, LedgerEntry
+from gates.services import evaluation
+from gates.services import tickets as gate_services
+from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
 from optgate.celery import app as celery_app
-from workers import services, sweeper
+from workers import sweeper
 from workers.tasks import evaluate_run
 
 # serialized_rollback: earlier transactional tests flush the database, seeded task types included.
@@ -68,14 +70,14 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float, interval
 
 
 def group_alive(pgid: int | None) -> bool:
-    return pgid is not None and engine.group_alive(pgid)
+    return pgid is not None and processes.group_alive(pgid)
 
 
 class PrivateRedis:
     """A redis-server of our own on a spare loopback port, so faults never touch the shared one."""
 
     def __init__(self, workdir: Path) -> None:
-        self.port = engine.find_free_port()
+        self.port = processes.find_free_port()
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -85,10 +87,22 @@ class PrivateRedis:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         ping = ["redis-cli", "-p", str(self.port), "ping"]
         wait_for("redis", lambda: subprocess.run(ping, capture_output=True).stdout.strip() == b"PONG", 20, 0.2)
 
@@ -115,11 +129,32 @@ class Worker:
         offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "optgate", "worker", "-Q", self.queues,
-                 "-c", str(self.concurrency), "-n", self.nodename, "--prefetch-multiplier", "1",
-                 "--without-mingle", "--without-gossip", "-l", "INFO"],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "optgate",
+                    "worker",
+                    "-Q",
+                    self.queues,
+                    "-c",
+                    str(self.concurrency),
+                    "-n",
+                    self.nodename,
+                    "--prefetch-multiplier",
+                    "1",
+                    "--without-mingle",
+                    "--without-gossip",
+                    "-l",
+                    "INFO",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         wait_for(f"{self.nodename} to be ready", lambda: b"ready." in self.log.read_bytes()[offset:], 90, 0.5)
 
     def sigkill(self) -> None:
@@ -182,17 +217,19 @@ def redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 def workers(redis: PrivateRedis, tiny_model: Path, tmp_path: Path, settings: Any) -> Iterator[dict[str, Worker]]:
     db = connection.settings_dict
     env = dict(os.environ)
-    env.update({
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "CELERY_BROKER_URL": redis.url,
-        "CELERY_VISIBILITY_TIMEOUT_S": "3600",
-        "OPTGATE_MODEL_ROOTS": str(settings.OPTGATE_MODEL_ROOTS[0]),
-        "OPTGATE_VALIDATE_WITH_VLLM": "off",
-        "OPTGATE_LOAD_PROFILE": json.dumps(PROFILE),
-        "OPTGATE_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
-        "OPTGATE_ENGINE_STARTUP_TIMEOUT_S": "600",
-        "PYTHONPATH": str(ROOT),
-    })  # fmt: skip
+    env.update(
+        {
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            "CELERY_BROKER_URL": redis.url,
+            "CELERY_VISIBILITY_TIMEOUT_S": "3600",
+            "OPTGATE_MODEL_ROOTS": str(settings.OPTGATE_MODEL_ROOTS[0]),
+            "OPTGATE_VALIDATE_WITH_VLLM": "off",
+            "OPTGATE_LOAD_PROFILE": json.dumps(PROFILE),
+            "OPTGATE_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
+            "OPTGATE_ENGINE_STARTUP_TIMEOUT_S": "600",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     settings.OPTGATE_LOAD_PROFILE = PROFILE
     started = {
         "gpu": Worker("gpu1", "gpu", 1, env, tmp_path / "gpu.log"),
@@ -212,16 +249,24 @@ def workers(redis: PrivateRedis, tiny_model: Path, tmp_path: Path, settings: Any
 
 
 def _register(erin: User, model: Path) -> tuple[Backend, Backend]:
-    common: dict[str, Any] = {"model_id": "optgate/tiny-llama", "model_path": str(model),
-              "model_revision": "sha256:" + "cd" * 32,
-              "engine_version": "0.32.0", "hardware_class": "cpu-avx2",
-              "sampling_params": {"temperature": 0.0}, "model_card": {"quantization_method": "none"}}  # fmt: skip
-    baseline, _ = ledger_services.backend_register(actor=erin, name="tiny-bf16", **common,
-                                                   engine_args={"max_model_len": 2048, "seed": 0})  # fmt: skip
-    candidate, _ = ledger_services.backend_register(
-        actor=erin, name="tiny-bf16-prefix-cache", **common,
+    common: dict[str, Any] = {
+        "model_id": "optgate/tiny-llama",
+        "model_path": str(model),
+        "model_revision": "sha256:" + "cd" * 32,
+        "engine_version": "0.32.0",
+        "hardware_class": "cpu-avx2",
+        "sampling_params": {"temperature": 0.0},
+        "model_card": {"quantization_method": "none"},
+    }
+    baseline, _ = backend_services.backend_register(
+        actor=erin, name="tiny-bf16", **common, engine_args={"max_model_len": 2048, "seed": 0}
+    )
+    candidate, _ = backend_services.backend_register(
+        actor=erin,
+        name="tiny-bf16-prefix-cache",
+        **common,
         engine_args={"max_model_len": 2048, "seed": 0, "enable_prefix_caching": True},
-    )  # fmt: skip
+    )
     return baseline, candidate
 
 
@@ -232,14 +277,26 @@ def _diagnose(workers: dict[str, Worker]) -> str:
 
 def _ticket_body(baseline: Backend, candidate: Backend) -> dict[str, Any]:
     return {
-        "title": "Prefix caching for compliance answers", "mechanisms": ["prefix_cache"], "bottleneck": "prefill",
+        "title": "Prefix caching for compliance answers",
+        "mechanisms": ["prefix_cache"],
+        "bottleneck": "prefill",
         "bottleneck_evidence": "TTFT p95 dominated by the shared policy preamble",
-        "baseline": baseline.name, "candidate": candidate.name, "beneficiary_tasks": [TASK], "risk_tasks": [],
-        "benefit_metrics": ["ttft_p95"], "guardrail_metrics": ["refusal_accuracy"], "rollback_target": baseline.name,
-        "rollback_plan": {"sacrifices": "TTFT gain", "warmup": "none", "inflight_streams": "finish",
-                          "route_update": "compliance_qa back to tiny-bf16"},
-        "observation_window_hours": 24, "canary_scope": {"tenants": ["tenant-a"], "business_domain": "support"},
-    }  # fmt: skip
+        "baseline": baseline.name,
+        "candidate": candidate.name,
+        "beneficiary_tasks": [TASK],
+        "risk_tasks": [],
+        "benefit_metrics": ["ttft_p95"],
+        "guardrail_metrics": ["refusal_accuracy"],
+        "rollback_target": baseline.name,
+        "rollback_plan": {
+            "sacrifices": "TTFT gain",
+            "warmup": "none",
+            "inflight_streams": "finish",
+            "route_update": "compliance_qa back to tiny-bf16",
+        },
+        "observation_window_hours": 24,
+        "canary_scope": {"tenants": ["tenant-a"], "business_domain": "support"},
+    }
 
 
 def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
@@ -261,15 +318,17 @@ def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
     # Beat's sweep finds the waiting ticket (called here directly, as beat would).
     report = sweeper.sweep(now=timezone.now() + timedelta(minutes=1))
     assert report.dispatched == [ticket.pk]
-    ticket = wait_for("the fan-out", lambda: ReleaseTicket.objects.filter(pk=ticket.pk, candidate_run__isnull=False)
-                      .first(), 120)  # fmt: skip
+    ticket = wait_for(
+        "the fan-out", lambda: ReleaseTicket.objects.filter(pk=ticket.pk, candidate_run__isnull=False).first(), 120
+    )
     assert ticket.candidate_run is not None and ticket.baseline_run is not None
     # The same run message delivered twice: the duplicate must change nothing.
-    evaluate_run.apply_async((ticket.candidate_run.pk,), task_id=services.run_task_id(ticket.candidate_run.pk, 1))
+    evaluate_run.apply_async((ticket.candidate_run.pk,), task_id=evaluation.run_task_id(ticket.candidate_run.pk, 1))
 
     try:
-        judged = ReleaseTicket.objects.filter(pk=ticket.pk, status__in=[TicketStatus.EVALUATED,
-                                                                        TicketStatus.NEEDS_EVIDENCE])  # fmt: skip
+        judged = ReleaseTicket.objects.filter(
+            pk=ticket.pk, status__in=[TicketStatus.EVALUATED, TicketStatus.NEEDS_EVIDENCE]
+        )
         wait_for("the decision", judged.exists, 1500, 5)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_diagnose(workers)}") from None
@@ -303,7 +362,7 @@ def test_a_needs_evidence_ticket_evaluated_again_is_measured_afresh_by_the_worke
     for run in old:
         run.move(RunStatus.RUNNING)
         run.move(RunStatus.SUCCEEDED)
-    assert services.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
+    assert evaluation.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
 
     again = api.post(f"/api/v1/tickets/{ticket.pk}/evaluate/")
     assert again.status_code == 202, again.content
@@ -332,7 +391,7 @@ def test_a_needs_evidence_ticket_evaluated_again_is_measured_afresh_by_the_worke
 def _start_bare_run(erin: User, tiny_model: Path) -> EvaluationRun:
     baseline, _ = _register(erin, tiny_model)
     run, _ = run_services.run_request(backend=baseline, tasks=[TASK], load_profile=PROFILE)
-    services.run_enqueue(run.pk)
+    evaluation.run_enqueue(run.pk)
     return run
 
 

@@ -12,13 +12,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from core.errors import NotAllowed
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
-from gates.models import ReleaseTicket, TicketStatus
+from gates.models import Notification, ReleaseTicket, TicketStatus
+from gates.services import evaluation
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
-from optgate.errors import NotAllowed
+from tests.factories import captured_tasks
 from workers import services, sweeper
-from workers.models import Notification
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=False)]
 
@@ -26,13 +27,8 @@ pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=False)]
 @pytest.fixture
 def sent() -> Any:
     """Every task message the code publishes, captured instead of reaching a broker."""
-    with (
-        mock.patch("workers.tasks.evaluate_run.apply_async") as run_async,
-        mock.patch("workers.tasks.evaluate_ticket.delay") as ticket_delay,
-        mock.patch("workers.tasks.check_ticket.delay") as check_delay,
-        mock.patch("workers.tasks.deliver_notification.delay") as notify_delay,
-    ):
-        yield {"run": run_async, "ticket": ticket_delay, "check": check_delay, "notify": notify_delay}
+    with captured_tasks() as published:
+        yield published
 
 
 def _finish(run: EvaluationRun, status: str = RunStatus.SUCCEEDED) -> None:
@@ -42,10 +38,11 @@ def _finish(run: EvaluationRun, status: str = RunStatus.SUCCEEDED) -> None:
     run.move(status)
 
 
-def test_it_enqueues_the_evaluation_only_after_commit(draft: ReleaseTicket, erin: User, sent: Any,
-                                                      django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
+def test_it_enqueues_the_evaluation_only_after_commit(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        ticket = services.evaluation_request(ticket=draft, actor=erin)
+        ticket = evaluation.evaluation_request(ticket=draft, actor=erin)
         assert sent["ticket"].call_count == 0
     assert ticket.status == TicketStatus.SUBMITTED
     for callback in callbacks:
@@ -55,14 +52,15 @@ def test_it_enqueues_the_evaluation_only_after_commit(draft: ReleaseTicket, erin
 
 def test_it_refuses_an_outsider_asking_for_evaluation(draft: ReleaseTicket, olga: User, sent: Any) -> None:
     with pytest.raises(NotAllowed):
-        services.evaluation_request(ticket=draft, actor=olga)
+        evaluation.evaluation_request(ticket=draft, actor=olga)
 
 
-def test_it_fans_out_two_runs_and_ledgers_them(draft: ReleaseTicket, erin: User, sent: Any,
-                                               django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
-    services.evaluation_request(ticket=draft, actor=erin)
+def test_it_fans_out_two_runs_and_ledgers_them(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    evaluation.evaluation_request(ticket=draft, actor=erin)
     with django_capture_on_commit_callbacks(execute=True):
-        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+        ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.status == TicketStatus.EVALUATING
     assert ticket.baseline_run is not None and ticket.candidate_run is not None
     assert ticket.baseline_run.tasks == ["knowledge_qa", "compliance_qa"]
@@ -76,32 +74,37 @@ def test_it_fans_out_two_runs_and_ledgers_them(draft: ReleaseTicket, erin: User,
 def test_it_reuses_a_finished_baseline_for_a_second_ticket(
     draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from gates import services as gate_services
-    from tests.conftest import ticket_fields
+    from gates.services import tickets as gate_services
+    from tests.factories import ticket_fields
 
-    services.evaluation_request(ticket=draft, actor=erin)
-    first = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    first = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert first is not None and first.baseline_run is not None
     _finish(first.baseline_run)
-    second = gate_services.ticket_create(owner=erin, **ticket_fields(draft.baseline, draft.candidate,
-                                                                      title="same baseline"))  # fmt: skip
-    services.evaluation_request(ticket=second, actor=erin)
+    second = gate_services.ticket_create(
+        owner=erin, **ticket_fields(draft.baseline, draft.candidate, title="same baseline")
+    )
+    evaluation.evaluation_request(ticket=second, actor=erin)
     sent["run"].reset_mock()
     with django_capture_on_commit_callbacks(execute=True):
-        evaluated = services.ticket_evaluate(ticket_id=second.pk)
+        evaluated = evaluation.ticket_evaluate(ticket_id=second.pk)
     assert evaluated is not None
     assert evaluated.baseline_run_id == first.baseline_run_id
     assert evaluated.candidate_run_id == first.candidate_run_id  # in flight: reused as well, not measured twice
     assert sent["run"].call_count == 0
     entry = LedgerEntry.objects.get(kind="ticket.evaluation_requested", subject_id=str(second.pk))
-    assert entry.payload["baseline"] == {"backend": "kit-bf16", "run": first.baseline_run_id, "reused": True,
-                                         "run_status": "succeeded"}  # fmt: skip
+    assert entry.payload["baseline"] == {
+        "backend": "kit-bf16",
+        "run": first.baseline_run_id,
+        "reused": True,
+        "run_status": "succeeded",
+    }
 
 
 def test_it_fans_out_once_when_the_message_is_delivered_twice(draft: ReleaseTicket, erin: User, sent: Any) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
-    first = services.ticket_evaluate(ticket_id=draft.pk)
-    again = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    first = evaluation.ticket_evaluate(ticket_id=draft.pk)
+    again = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert first is not None and again is not None
     assert (again.baseline_run_id, again.candidate_run_id) == (first.baseline_run_id, first.candidate_run_id)
     assert EvaluationRun.objects.count() == 2
@@ -109,29 +112,29 @@ def test_it_fans_out_once_when_the_message_is_delivered_twice(draft: ReleaseTick
 
 
 def test_it_judges_only_when_both_runs_are_finished(draft: ReleaseTicket, erin: User, sent: Any) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run and ticket.candidate_run
     _finish(ticket.baseline_run)
-    assert services.ticket_check(ticket_id=ticket.pk) is None
+    assert evaluation.ticket_check(ticket_id=ticket.pk) is None
     _finish(ticket.candidate_run, RunStatus.ERROR)
-    outcome = services.ticket_check(ticket_id=ticket.pk)
+    outcome = evaluation.ticket_check(ticket_id=ticket.pk)
     # A run error is missing evidence, never a failure of the candidate.
     assert outcome == "needs_evidence"
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.NEEDS_EVIDENCE
-    assert services.ticket_check(ticket_id=ticket.pk) is None  # a second message judges nothing
+    assert evaluation.ticket_check(ticket_id=ticket.pk) is None  # a second message judges nothing
     assert Notification.objects.filter(event="ticket.evaluated", ticket=ticket).count() == 1
 
 
 def _judged_needs_evidence(draft: ReleaseTicket, erin: User) -> ReleaseTicket:
     """A ticket whose two runs succeeded without results for its tasks: judged *needs evidence*."""
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run and ticket.candidate_run
     _finish(ticket.baseline_run)
     _finish(ticket.candidate_run)
-    assert services.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
+    assert evaluation.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.NEEDS_EVIDENCE
     return ticket
@@ -140,18 +143,18 @@ def _judged_needs_evidence(draft: ReleaseTicket, erin: User) -> ReleaseTicket:
 def test_evaluating_a_needs_evidence_ticket_again_measures_both_backends_afresh(
     draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from gates import services as gate_services
     from gates.models import GateDecision
-    from tests.conftest import ticket_fields
+    from gates.services import tickets as gate_services
+    from tests.factories import ticket_fields
 
     ticket = _judged_needs_evidence(draft, erin)
     assert ticket.baseline_run_id is not None and ticket.candidate_run_id is not None
     old = (ticket.baseline_run_id, ticket.candidate_run_id)
     sent["run"].reset_mock()
 
-    services.evaluation_request(ticket=ticket, actor=erin)
+    evaluation.evaluation_request(ticket=ticket, actor=erin)
     with django_capture_on_commit_callbacks(execute=True):
-        again = services.ticket_evaluate(ticket_id=ticket.pk)
+        again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
 
     assert again is not None and again.status == TicketStatus.EVALUATING
     assert again.baseline_run_id is not None and again.candidate_run_id is not None
@@ -163,19 +166,19 @@ def test_evaluating_a_needs_evidence_ticket_again_measures_both_backends_afresh(
     entry = LedgerEntry.objects.filter(kind="ticket.evaluation_requested", subject_id=str(ticket.pk)).first()
     assert entry is not None and entry.payload["judged_before"] == sorted(old)
     assert entry.payload["baseline"]["reused"] is False and entry.payload["candidate"]["reused"] is False
-    assert services.ticket_check(ticket_id=ticket.pk) is None  # the new runs have not finished
+    assert evaluation.ticket_check(ticket_id=ticket.pk) is None  # the new runs have not finished
 
     # A redelivered message changes nothing; another ticket may still reuse the old evidence.
-    assert services.ticket_evaluate(ticket_id=ticket.pk) is not None
+    assert evaluation.ticket_evaluate(ticket_id=ticket.pk) is not None
     assert EvaluationRun.objects.count() == 4
     other = gate_services.ticket_create(owner=erin, **ticket_fields(draft.baseline, draft.candidate, title="other"))
-    services.evaluation_request(ticket=other, actor=erin)
-    reused = services.ticket_evaluate(ticket_id=other.pk)
+    evaluation.evaluation_request(ticket=other, actor=erin)
+    reused = evaluation.ticket_evaluate(ticket_id=other.pk)
     assert reused is not None and reused.baseline_run_id in (old[0], new[0])
 
     for pk in new:
         _finish(EvaluationRun.objects.get(pk=pk))
-    assert services.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
+    assert evaluation.ticket_check(ticket_id=ticket.pk) == "needs_evidence"
     latest = GateDecision.objects.filter(ticket=ticket).first()
     assert latest is not None and (latest.baseline_run_id, latest.candidate_run_id) == new
     assert GateDecision.objects.filter(ticket=ticket).count() == 2
@@ -185,30 +188,30 @@ def test_evaluating_a_needs_evidence_ticket_again_measures_both_backends_afresh(
 def test_an_interrupted_re_evaluation_is_fanned_out_by_the_sweep_not_judged_on_the_old_runs(
     draft: ReleaseTicket, erin: User, sent: Any
 ) -> None:
-    from gates import services as gate_services
     from gates.models import GateDecision
+    from gates.services import tickets as gate_services
 
     ticket = _judged_needs_evidence(draft, erin)
     # The worker moved the ticket to evaluating and died before asking for new runs.
     gate_services.ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
 
-    assert services.ticket_check(ticket_id=ticket.pk) is None
+    assert evaluation.ticket_check(ticket_id=ticket.pk) is None
     assert GateDecision.objects.filter(ticket=ticket).count() == 1
     sent["ticket"].reset_mock()
     report = sweeper.sweep(now=timezone.now())
     assert ticket.pk in report.dispatched and ticket.pk not in report.checked
     sent["ticket"].assert_any_call(ticket.pk)
-    again = services.ticket_evaluate(ticket_id=ticket.pk)
+    again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
     assert again is not None and again.baseline_run_id not in (ticket.baseline_run_id, ticket.candidate_run_id)
 
 
 def test_it_waits_for_a_new_request_when_a_run_was_cancelled(draft: ReleaseTicket, erin: User, sent: Any) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run and ticket.candidate_run
-    cancelled = services.evaluation_cancel(ticket=ticket, actor=erin)
+    cancelled = evaluation.evaluation_cancel(ticket=ticket, actor=erin)
     assert sorted(r.status for r in cancelled) == ["cancelled", "cancelled"]
-    assert services.ticket_check(ticket_id=ticket.pk) is None
+    assert evaluation.ticket_check(ticket_id=ticket.pk) is None
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.EVALUATING
 
@@ -221,8 +224,8 @@ def _attempt(run: EvaluationRun, worker: str, pgid: int | None = None) -> Evalua
 def test_it_kills_the_engine_of_a_dead_worker_process_and_requeues_its_run(
     draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -243,8 +246,8 @@ def test_a_dead_worker_process_left_as_a_zombie_counts_as_dead(
     draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any, zombie: Any
 ) -> None:
     # Where the container's init reaps no orphans, a SIGKILLed pool process keeps its pid as a zombie.
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run
     _attempt(ticket.baseline_run, f"gpu0@{os.uname().nodename}:{zombie.pid}")
     with django_capture_on_commit_callbacks(execute=True):
@@ -252,8 +255,8 @@ def test_a_dead_worker_process_left_as_a_zombie_counts_as_dead(
 
 
 def test_it_leaves_a_run_alone_while_its_worker_process_lives(draft: ReleaseTicket, erin: User, sent: Any) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run
     alive = subprocess.Popen(["sleep", "30"])
     try:
@@ -271,8 +274,8 @@ def test_the_sweeper_requeues_then_fails_a_run_stuck_past_its_deadline(
     draft: ReleaseTicket, erin: User, sent: Any, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     settings.OPTGATE_RUN_MAX_ATTEMPTS = 2
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run
     run = ticket.baseline_run
     _attempt(run, "gpu9@elsewhere:1")
@@ -294,8 +297,8 @@ def test_the_sweeper_requeues_then_fails_a_run_stuck_past_its_deadline(
 def test_the_sweeper_resends_a_queued_run_whose_message_was_lost(
     draft: ReleaseTicket, erin: User, sent: Any, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
-    ticket = services.ticket_evaluate(ticket_id=draft.pk)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None
     sent["run"].reset_mock()
     later = timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S + 1)
@@ -310,10 +313,10 @@ def test_the_sweeper_resends_a_queued_run_whose_message_was_lost(
 def test_the_sweeper_resends_soon_a_queued_run_the_broker_never_accepted(
     draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
     sent["run"].side_effect = ConnectionError("broker down")
     with django_capture_on_commit_callbacks(execute=True):
-        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+        ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run and ticket.candidate_run
     runs = [ticket.baseline_run, ticket.candidate_run]
     for run in runs:
@@ -337,20 +340,21 @@ def test_the_sweeper_resends_soon_a_queued_run_the_broker_never_accepted(
 def test_a_run_sent_to_the_broker_is_not_resent_before_its_deadline(
     draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    services.evaluation_request(ticket=draft, actor=erin)
+    evaluation.evaluation_request(ticket=draft, actor=erin)
     with django_capture_on_commit_callbacks(execute=True):
-        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+        ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run
     ticket.baseline_run.refresh_from_db()
     assert ticket.baseline_run.sent_at is not None
     assert sweeper.sweep(now=timezone.now() + sweeper.SEND_GRACE * 10).resent == []
 
 
-def test_a_retried_run_needs_a_new_send(draft: ReleaseTicket, erin: User, sent: Any,
-                                        django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
-    services.evaluation_request(ticket=draft, actor=erin)
+def test_a_retried_run_needs_a_new_send(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    evaluation.evaluation_request(ticket=draft, actor=erin)
     with django_capture_on_commit_callbacks(execute=True):
-        ticket = services.ticket_evaluate(ticket_id=draft.pk)
+        ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
     assert ticket is not None and ticket.baseline_run
     run = ticket.baseline_run
     _finish(run, RunStatus.ERROR)
@@ -362,7 +366,7 @@ def test_a_retried_run_needs_a_new_send(draft: ReleaseTicket, erin: User, sent: 
 def test_the_sweeper_dispatches_a_submitted_ticket_nobody_fanned_out(
     draft: ReleaseTicket, erin: User, sent: Any
 ) -> None:
-    from gates import services as gate_services
+    from gates.services import tickets as gate_services
 
     gate_services.ticket_submit(ticket=draft, actor=erin)
     report = sweeper.sweep(now=timezone.now() + timedelta(minutes=5))

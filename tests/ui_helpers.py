@@ -7,10 +7,10 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.test import Client
 
-from gates import decisions
+from backends.models import Backend
 from gates.models import GateDecision, ReleaseTicket
-from ledger.models import Backend
-from tests.test_gate_decisions import scenario
+from gates.services import decisions
+from tests.factories import scenario
 
 
 def client_for(user: User | None, *, csrf: bool = False) -> Client:

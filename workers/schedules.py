@@ -2,15 +2,15 @@
 
 Beat runs with the database scheduler, so operators can pause or retune a schedule in the admin;
 ``install_schedules`` (run by ``manage.py install_schedules`` on deploy, idempotent) brings the
-named entries back to what this module defines without touching entries it does not own.
+named entries back to what this module defines without touching entries it does not own
+(``workers.services.schedules_install``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
-from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+from core import queue
 
 
 @dataclass(frozen=True)
@@ -41,31 +41,28 @@ class Schedule:
 
 
 SCHEDULES: tuple[Schedule, ...] = (
-    Schedule("optgate: sweep stuck runs and tickets", "optgate.sweep", Every(60),
-             "re-queue or fail runs stuck past their deadline; dispatch tickets whose message was lost"),
-    Schedule("optgate: close observation windows", "optgate.close_observation_windows", Every(15 * 60),
-             "prompt (or auto-promote) canary tickets whose observation window has ended"),
-    Schedule("optgate: open due reviews", "optgate.open_due_reviews", Cron(minute="7", hour="*/6"),
-             "quarterly reviews, expired approvals, backends re-registered on a new engine or hardware"),
-    Schedule("optgate: remind open reviews", "optgate.remind_reviews", Cron(minute="30", hour="9"),
-             "remind owners and reviewers of open reviews until they are done"),
-)  # fmt: skip
-
-
-def install_schedules() -> list[str]:
-    """Create or update the periodic tasks above; return their names."""
-    with transaction.atomic():
-        for item in SCHEDULES:
-            fields: dict[str, object] = {"task": item.task, "queue": item.queue, "description": item.description,
-                                         "enabled": True, "interval": None, "crontab": None}  # fmt: skip
-            if isinstance(item.when, Every):
-                fields["interval"], _ = IntervalSchedule.objects.get_or_create(
-                    every=item.when.seconds, period=IntervalSchedule.SECONDS
-                )
-            else:
-                fields["crontab"], _ = CrontabSchedule.objects.get_or_create(
-                    minute=item.when.minute, hour=item.when.hour, day_of_week=item.when.day_of_week,
-                    day_of_month=item.when.day_of_month, month_of_year=item.when.month_of_year, timezone="UTC",
-                )  # fmt: skip
-            PeriodicTask.objects.update_or_create(name=item.name, defaults=fields)
-    return [item.name for item in SCHEDULES]
+    Schedule(
+        "optgate: sweep stuck runs and tickets",
+        queue.SWEEP,
+        Every(60),
+        "re-queue or fail runs stuck past their deadline; dispatch tickets whose message was lost",
+    ),
+    Schedule(
+        "optgate: close observation windows",
+        queue.CLOSE_OBSERVATION_WINDOWS,
+        Every(15 * 60),
+        "prompt (or auto-promote) canary tickets whose observation window has ended",
+    ),
+    Schedule(
+        "optgate: open due reviews",
+        queue.OPEN_DUE_REVIEWS,
+        Cron(minute="7", hour="*/6"),
+        "quarterly reviews, expired approvals, backends re-registered on a new engine or hardware",
+    ),
+    Schedule(
+        "optgate: remind open reviews",
+        queue.REMIND_REVIEWS,
+        Cron(minute="30", hour="9"),
+        "remind owners and reviewers of open reviews until they are done",
+    ),
+)

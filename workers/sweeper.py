@@ -20,8 +20,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core import queue
+from evaluators import services as run_services
 from evaluators.models import EvaluationRun, RunStatus
 from gates.models import ReleaseTicket, TicketStatus
+from gates.services.evaluation import awaits_fresh_runs, run_enqueue
 from workers import services
 
 logger = logging.getLogger(__name__)
@@ -50,18 +53,12 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
         status=RunStatus.QUEUED, sent_at__isnull=True, queued_at__lte=now - SEND_GRACE
     )
     for run in unsent:
-        # Compare-and-swap on queued_at so two sweeps re-send once per grace period.
-        if EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED, queued_at=run.queued_at).update(
-            queued_at=now, deadline_at=new_deadline
-        ):
+        if run_services.run_claim_unsent(run=run, now=now, deadline=new_deadline):
             report.resent.append(run.pk)
     for run in EvaluationRun.objects.filter(status=RunStatus.QUEUED, deadline_at__lte=now).exclude(
         pk__in=report.resent
     ):
-        # Compare-and-swap on the deadline so two sweeps re-send once.
-        if EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED, deadline_at=run.deadline_at).update(
-            deadline_at=new_deadline
-        ):
+        if run_services.run_claim_overdue(run=run, deadline=new_deadline):
             report.resent.append(run.pk)
     for run in EvaluationRun.objects.filter(status=RunStatus.RUNNING, deadline_at__lte=now).select_related("backend"):
         reason = f"stuck past its deadline ({run.deadline_at:%Y-%m-%d %H:%M:%S} UTC) in phase {run.phase!r}"
@@ -72,23 +69,21 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
             report.requeued.append(run.pk)
     with transaction.atomic():
         for run_id in report.resent + report.requeued:
-            transaction.on_commit(lambda run_id=run_id: services.run_enqueue(run_id), robust=True)  # type: ignore[misc]
-    from workers.tasks import check_ticket, evaluate_ticket
-
+            transaction.on_commit(lambda run_id=run_id: run_enqueue(run_id), robust=True)  # type: ignore[misc]
     waiting = ReleaseTicket.objects.filter(status=TicketStatus.SUBMITTED, submitted_at__lte=now - DISPATCH_GRACE)
     for ticket_id in waiting.values_list("pk", flat=True):
-        evaluate_ticket.delay(ticket_id)
+        queue.enqueue(queue.EVALUATE_TICKET, ticket_id)
         report.dispatched.append(ticket_id)
     evaluating = ReleaseTicket.objects.filter(status=TicketStatus.EVALUATING).select_related(
         "baseline_run", "candidate_run"
     )
     for ticket in evaluating:
         runs = [ticket.baseline_run, ticket.candidate_run]
-        if any(run is None for run in runs) or services.awaits_fresh_runs(ticket):
-            evaluate_ticket.delay(ticket.pk)  # the fan-out was interrupted half-way
+        if any(run is None for run in runs) or awaits_fresh_runs(ticket):
+            queue.enqueue(queue.EVALUATE_TICKET, ticket.pk)  # the fan-out was interrupted half-way
             report.dispatched.append(ticket.pk)
         elif all(run is not None and run.is_finished for run in runs):
-            check_ticket.delay(ticket.pk)
+            queue.enqueue(queue.CHECK_TICKET, ticket.pk)
             report.checked.append(ticket.pk)
     if any((report.resent, report.requeued, report.failed, report.dispatched)):
         logger.info("sweep: %s", report)

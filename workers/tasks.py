@@ -15,8 +15,10 @@ from celery.signals import worker_ready
 from django.conf import settings
 from django.db import OperationalError, close_old_connections
 
-from workers import reviews, services, sweeper
-from workers.notifications import TransientDeliveryError, notification_deliver
+from core import queue
+from gates.services import evaluation, reviews
+from gates.services.notifications import TransientDeliveryError, notification_deliver
+from workers import services, sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -25,53 +27,80 @@ COMMON: dict[str, Any] = {"acks_late": True, "reject_on_worker_lost": True, "ign
 TRANSIENT = (OperationalError,)
 
 
-@shared_task(name="optgate.evaluate_run", bind=True, **COMMON,
-             soft_time_limit=settings.OPTGATE_RUN_TIMEOUT_S + 60,
-             time_limit=settings.OPTGATE_RUN_TIMEOUT_S + 180,
-             autoretry_for=TRANSIENT, retry_backoff=10, max_retries=5)  # fmt: skip
+@shared_task(
+    name=queue.EVALUATE_RUN,
+    bind=True,
+    **COMMON,
+    soft_time_limit=settings.OPTGATE_RUN_TIMEOUT_S + 60,
+    time_limit=settings.OPTGATE_RUN_TIMEOUT_S + 180,
+    autoretry_for=TRANSIENT,
+    retry_backoff=10,
+    max_retries=5,
+)
 def evaluate_run(self: Any, run_id: int) -> None:
     """Execute one evaluation run on this GPU worker, then ask its tickets to check completion."""
     run = services.run_execute_task(run_id=run_id, nodename=self.request.hostname or "celery@localhost")
     if run is not None and run.is_finished:
-        for ticket_id in services.tickets_for_run(run_id):
+        for ticket_id in evaluation.tickets_for_run(run_id):
             check_ticket.delay(ticket_id)
 
 
-@shared_task(name="optgate.evaluate_ticket", **COMMON, soft_time_limit=120, time_limit=180,
-             autoretry_for=TRANSIENT, retry_backoff=5, max_retries=5)  # fmt: skip
+@shared_task(
+    name=queue.EVALUATE_TICKET,
+    **COMMON,
+    soft_time_limit=120,
+    time_limit=180,
+    autoretry_for=TRANSIENT,
+    retry_backoff=5,
+    max_retries=5,
+)
 def evaluate_ticket(ticket_id: int) -> None:
     """Fan a submitted ticket out to its baseline and candidate runs (or reuse them)."""
-    services.ticket_evaluate(ticket_id=ticket_id)
+    evaluation.ticket_evaluate(ticket_id=ticket_id)
 
 
-@shared_task(name="optgate.check_ticket", **COMMON, soft_time_limit=600, time_limit=660,
-             autoretry_for=TRANSIENT, retry_backoff=5, max_retries=5)  # fmt: skip
+@shared_task(
+    name=queue.CHECK_TICKET,
+    **COMMON,
+    soft_time_limit=600,
+    time_limit=660,
+    autoretry_for=TRANSIENT,
+    retry_backoff=5,
+    max_retries=5,
+)
 def check_ticket(ticket_id: int) -> None:
     """Judge the ticket when both runs have finished (the database decides, not this message)."""
-    services.ticket_check(ticket_id=ticket_id)
+    evaluation.ticket_check(ticket_id=ticket_id)
 
 
-@shared_task(name="optgate.deliver_notification", **COMMON, soft_time_limit=60, time_limit=90,
-             autoretry_for=(TransientDeliveryError, *TRANSIENT), retry_backoff=30, retry_backoff_max=1800,
-             max_retries=settings.OPTGATE_NOTIFY_MAX_ATTEMPTS)  # fmt: skip
+@shared_task(
+    name=queue.DELIVER_NOTIFICATION,
+    **COMMON,
+    soft_time_limit=60,
+    time_limit=90,
+    autoretry_for=(TransientDeliveryError, *TRANSIENT),
+    retry_backoff=30,
+    retry_backoff_max=1800,
+    max_retries=settings.OPTGATE_NOTIFY_MAX_ATTEMPTS,
+)
 def deliver_notification(notification_id: int) -> None:
     """Deliver one notification on its pending channels; transient failures come back later."""
     notification_deliver(notification_id=notification_id)
 
 
-@shared_task(name="optgate.sweep", **COMMON, soft_time_limit=120, time_limit=180)
+@shared_task(name=queue.SWEEP, **COMMON, soft_time_limit=120, time_limit=180)
 def sweep() -> None:
     """Re-queue or fail stuck runs, dispatch forgotten tickets, re-check finished evaluations."""
     sweeper.sweep()
 
 
-@shared_task(name="optgate.close_observation_windows", **COMMON, soft_time_limit=120, time_limit=180)
+@shared_task(name=queue.CLOSE_OBSERVATION_WINDOWS, **COMMON, soft_time_limit=120, time_limit=180)
 def close_observation_windows() -> None:
     """Prompt (or auto-promote) canary tickets whose observation window has ended."""
     reviews.observation_windows_close()
 
 
-@shared_task(name="optgate.open_due_reviews", **COMMON, soft_time_limit=120, time_limit=180)
+@shared_task(name=queue.OPEN_DUE_REVIEWS, **COMMON, soft_time_limit=120, time_limit=180)
 def open_due_reviews() -> None:
     """Open quarterly reviews, expire old approvals into review, queue re-checks of changed backends."""
     reviews.reviews_open_due()
@@ -79,7 +108,7 @@ def open_due_reviews() -> None:
     reviews.backends_recheck()
 
 
-@shared_task(name="optgate.remind_reviews", **COMMON, soft_time_limit=120, time_limit=180)
+@shared_task(name=queue.REMIND_REVIEWS, **COMMON, soft_time_limit=120, time_limit=180)
 def remind_reviews() -> None:
     """Remind owners and reviewers of open reviews until they are done."""
     reviews.reviews_remind()

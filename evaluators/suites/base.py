@@ -94,15 +94,6 @@ class Suite:
         """Regenerate the suite's data files in memory (deterministic)."""
         return self.builder()
 
-    def write_lm_eval_task(self, dest_dir: Path) -> str:
-        """Write an lm-eval custom task folder for this suite under ``dest_dir``.
-
-        Returns the lm-eval task name to pass to ``TaskManager.load`` / ``--tasks``.
-        """
-        from evaluators.suites.lm_eval_task import write_task_folder
-
-        return write_task_folder(self, Path(dest_dir))
-
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Parse a JSONL file into a list of dicts (blank lines ignored)."""

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from gates.judge.decision import Decision, decide, evaluate
+from gates.judge.resampling import bootstrap_diff, bootstrap_ratio, mann_whitney, paired_bootstrap_mean_diff
 from gates.judge.stats import (
     BootstrapResult,
     MannWhitneyResult,
     PairedProportionResult,
-    bootstrap_diff,
-    bootstrap_ratio,
-    mann_whitney,
     mcnemar_noninferiority,
-    paired_bootstrap_mean_diff,
     samples_needed,
 )
 from gates.judge.verdicts import MetricVerdict, RunTaskEvidence, TaskEvidence, TaskVerdict, judge_task

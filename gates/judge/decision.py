@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gates.judge.verdicts import MetricVerdict, TaskEvidence, TaskVerdict, judge_task
 
 if TYPE_CHECKING:
-    from gates.policy import Policy
+    from gates.policy.rules import Policy
 
 Outcome = Literal["approve", "restrict", "reject", "needs_evidence"]
 Route = Literal["candidate", "baseline"]

@@ -12,13 +12,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gates.judge.metric_judge import has_evidence, judge_metric
-from gates.judge.metrics import metric_spec
 from gates.judge.records import MetricVerdict, TaskEvidence, unmeasured_verdict
 from gates.judge.rules import Rule, min_samples_for
 from gates.judge.wording import pct
+from gates.policy.metrics import metric_spec
 
 if TYPE_CHECKING:
-    from gates.policy import Policy, TaskPolicy
+    from gates.policy.rules import Policy, TaskPolicy
 
 
 def _floor_verdict(

@@ -7,15 +7,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gates.judge import stats
-from gates.judge.metrics import MetricSpec
 from gates.judge.pairing import pair_samples, sample_values
 from gates.judge.records import MetricVerdict, RunTaskEvidence, Samples, TaskEvidence
+from gates.judge.resampling import bootstrap_diff, bootstrap_ratio
 from gates.judge.rules import Rule, classify, finish, finish_bootstrap, missing, rate_sentence, tail
 from gates.judge.wording import amount, rel_ci, signed
+from gates.policy.metrics import MetricSpec
 
 if TYPE_CHECKING:
-    from gates.policy import TaskPolicy
+    from gates.policy.rules import TaskPolicy
 
 
 def judge_ratio(
@@ -32,7 +32,7 @@ def judge_ratio(
         return missing(rule, task, "measurement")
     stat = spec.stat or "mean"
     try:
-        result = stats.bootstrap_ratio(base_values, cand_values, stat, rule.confidence, n_boot, seed, paired)  # type: ignore[arg-type]
+        result = bootstrap_ratio(base_values, cand_values, stat, rule.confidence, n_boot, seed, paired)  # type: ignore[arg-type]
     except ValueError as exc:
         return missing(rule, task, f"usable measurement ({exc})")
     # "Good" scale: + means better. Latency: 1 − ratio (faster); throughput: ratio − 1.
@@ -113,7 +113,7 @@ def judge_goodput(
     base, cand = _slo_attainment(ev.base, task_policy), _slo_attainment(ev.cand, task_policy)
     if not base or not cand:
         return missing(rule, task, "set of per-request latencies aligned across TTFT/TPOT/E2E")
-    result = stats.bootstrap_diff(base, cand, "mean", rule.confidence, n_boot, seed)
+    result = bootstrap_diff(base, cand, "mean", rule.confidence, n_boot, seed)
     status = classify(rule, result.effect, result.interval, result.interval[1] < 0)
     sentence = rate_sentence(
         rule,

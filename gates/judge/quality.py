@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from gates.judge import stats
-from gates.judge.metrics import MetricSpec
 from gates.judge.pairing import pair_samples
 from gates.judge.records import MetricVerdict, TaskEvidence
+from gates.judge.resampling import paired_bootstrap_mean_diff
 from gates.judge.rules import Rule, classify, finish, finish_bootstrap, missing, rate_sentence, tail
 from gates.judge.wording import moved, signed
+from gates.policy.metrics import MetricSpec
 
 
 def judge_pass_fail(rule: Rule, spec: MetricSpec, task: str, ev: TaskEvidence) -> MetricVerdict:
@@ -63,7 +64,7 @@ def judge_score(rule: Rule, task: str, ev: TaskEvidence, seed: int, n_boot: int)
     pairing = pair_samples(ev.base.scores, ev.cand.scores)
     if not pairing.base:
         return missing(rule, task, "paired per-sample score")
-    result = stats.paired_bootstrap_mean_diff(pairing.base, pairing.cand, rule.confidence, n_boot, seed)
+    result = paired_bootstrap_mean_diff(pairing.base, pairing.cand, rule.confidence, n_boot, seed)
     significant = result.interval[1] < 0
     status = classify(rule, result.effect, result.interval, significant)
     sentence = (

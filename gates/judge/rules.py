@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gates.judge import stats
-from gates.judge.metrics import is_quality
 from gates.judge.records import Kind, MetricVerdict, unmeasured_verdict
 from gates.judge.wording import moved, pct, points_ci, signed, size
+from gates.policy.metrics import is_quality
 
 if TYPE_CHECKING:
-    from gates.policy import TaskPolicy
+    from gates.policy.rules import TaskPolicy
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ Conventions used throughout:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -30,9 +30,6 @@ Values = Sequence[float] | npt.NDArray[np.floating[Any]]
 # evidence is not an economical way to settle it; the verdict says "at least this many".
 SAMPLES_NEEDED_CAP = 10_000
 DEFAULT_N_BOOT = 2_000
-# Bootstrap replicates are computed in blocks so a 10k-request latency list does not allocate
-# n_boot × n indices at once.
-_BOOT_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -101,7 +98,7 @@ class MannWhitneyResult(_Result):
     prob_cand_greater: float  # common-language effect size P(cand > base)
 
 
-def _check_confidence(confidence: float) -> None:
+def check_confidence(confidence: float) -> None:
     if not 0.5 <= confidence < 1:
         raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
 
@@ -169,7 +166,7 @@ def paired_difference_interval(gains: int, losses: int, n: int, confidence: floa
     Chosen over the Wald interval because it stays honest with zero discordant pairs: at n = 8
     with no disagreements it is about ±0.32, not the misleading [0, 0].
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     if n <= 0:
         return (-1.0, 1.0)
     z = _z(confidence)
@@ -207,7 +204,7 @@ def mcnemar_noninferiority(
     :func:`classify_noninferiority`, with "significant" meaning p < 1 − confidence and more
     losses than gains.
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     if len(base) != len(cand):
         raise ValueError(f"paired samples differ in length: {len(base)} vs {len(cand)}")
     if not 0 <= margin <= 1:
@@ -244,233 +241,6 @@ def mcnemar_noninferiority(
     )
 
 
-def _statistic(values: np.ndarray, stat: Stat, axis: int = -1) -> np.ndarray:
-    if stat == "mean":
-        return np.mean(values, axis=axis)
-    if stat == "median":
-        return np.median(values, axis=axis)
-    percentile = {"p90": 90, "p95": 95, "p99": 99}[stat]
-    return np.percentile(values, percentile, axis=axis)
-
-
-def _resample_blocks(n_boot: int, size: int, rng: np.random.Generator) -> Iterator[tuple[slice, np.ndarray]]:
-    """Resampling indices for ``n_boot`` replicates of a sample of ``size``, one block at a time.
-
-    Yields the block's rows in the replicate array and its ``(rows, size)`` index matrix; the
-    caller may draw more from ``rng`` before the next block (the draw order fixes the result).
-    """
-    for start in range(0, n_boot, _BOOT_BLOCK):
-        rows = min(_BOOT_BLOCK, n_boot - start)
-        yield slice(start, start + rows), rng.integers(0, size, size=(rows, size))
-
-
-def _bootstrap_replicates(
-    base: np.ndarray, cand: np.ndarray, stat: Stat, n_boot: int, rng: np.random.Generator, paired: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """Bootstrap replicates of ``stat`` for both samples; paired resamples share indices."""
-    base_reps = np.empty(n_boot)
-    cand_reps = np.empty(n_boot)
-    for block, base_idx in _resample_blocks(n_boot, base.size, rng):
-        cand_idx = base_idx if paired else rng.integers(0, cand.size, size=(base_idx.shape[0], cand.size))
-        base_reps[block] = _statistic(base[base_idx], stat)
-        cand_reps[block] = _statistic(cand[cand_idx], stat)
-    return base_reps, cand_reps
-
-
-def _percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
-    alpha = 1 - confidence
-    lower, upper = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
-    return (float(lower), float(upper))
-
-
-def _bootstrap_p(replicates: np.ndarray, null: float) -> float:
-    """Two-sided bootstrap p-value for "no change": twice the smaller tail beyond ``null``."""
-    below = float(np.mean(replicates <= null))
-    above = float(np.mean(replicates >= null))
-    return min(1.0, 2 * min(below, above))
-
-
-def _as_array(values: Values, name: str) -> np.ndarray:
-    array = np.asarray(values, dtype=float)
-    if array.ndim != 1 or array.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D sequence")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} contains non-finite values")
-    return array
-
-
-def _as_arrays(
-    base_values: Values, cand_values: Values, kind: str, *, paired: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """Both samples as checked arrays, named ``base_<kind>`` and ``cand_<kind>`` in errors.
-
-    Paired samples must also be of one length.
-    """
-    base = _as_array(base_values, f"base_{kind}")
-    cand = _as_array(cand_values, f"cand_{kind}")
-    if paired and base.size != cand.size:
-        raise ValueError(f"paired {kind} differ in length: {base.size} vs {cand.size}")
-    return base, cand
-
-
-def _bootstrap_result(
-    test: str,
-    base: np.ndarray,
-    cand: np.ndarray,
-    *,
-    baseline: float,
-    candidate: float,
-    effect: float,
-    replicates: np.ndarray,
-    null: float,
-    confidence: float,
-    n_boot: int,
-    seed: int,
-    paired: bool,
-    std_error: float,
-) -> BootstrapResult:
-    """The result of a bootstrap: percentile interval and p-value for "no change" (``null``)."""
-    return BootstrapResult(
-        test=test,
-        n_base=int(base.size),
-        n_cand=int(cand.size),
-        baseline=baseline,
-        candidate=candidate,
-        effect=effect,
-        interval=_percentile_interval(replicates, confidence),
-        p_value=_bootstrap_p(replicates, null),
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        paired=paired,
-        std_error=std_error,
-    )
-
-
-def paired_bootstrap_mean_diff(
-    base_scores: Values,
-    cand_scores: Values,
-    confidence: float = 0.95,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-) -> BootstrapResult:
-    """Paired bootstrap interval for ``mean(cand − base)`` of graded per-sample scores."""
-    _check_confidence(confidence)
-    base, cand = _as_arrays(base_scores, cand_scores, "scores", paired=True)
-    diffs = cand - base
-    rng = np.random.default_rng(seed)
-    replicates = np.empty(n_boot)
-    for block, idx in _resample_blocks(n_boot, diffs.size, rng):
-        replicates[block] = diffs[idx].mean(axis=1)
-    return _bootstrap_result(
-        "paired bootstrap of the mean score difference",
-        base,
-        cand,
-        baseline=float(base.mean()),
-        candidate=float(cand.mean()),
-        effect=float(diffs.mean()),
-        replicates=replicates,
-        null=0.0,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        paired=True,
-        std_error=float(replicates.std(ddof=1)) if n_boot > 1 else 0.0,
-    )
-
-
-def bootstrap_ratio(
-    base_values: Values,
-    cand_values: Values,
-    stat: Stat = "median",
-    confidence: float = 0.95,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    paired: bool = False,
-) -> BootstrapResult:
-    """Bootstrap percentile interval for ``stat(cand) / stat(base)`` (latency or throughput).
-
-    Unpaired by default (requests of a load test are not matched one to one); ``paired=True``
-    resamples the same indices from both, which needs equal lengths and is used when the values
-    are aligned by sample id. A baseline statistic of zero makes the ratio undefined and raises.
-    """
-    _check_confidence(confidence)
-    base, cand = _as_arrays(base_values, cand_values, "values", paired=paired)
-    base_stat = float(_statistic(base, stat))
-    cand_stat = float(_statistic(cand, stat))
-    if base_stat <= 0:
-        raise ValueError(f"baseline {stat} is {base_stat}; a ratio needs a positive baseline")
-    rng = np.random.default_rng(seed)
-    base_reps, cand_reps = _bootstrap_replicates(base, cand, stat, n_boot, rng, paired)
-    # A replicate whose baseline statistic is zero cannot form a ratio; treat it as unbounded.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(base_reps > 0, cand_reps / np.where(base_reps > 0, base_reps, 1.0), np.inf)
-    finite = ratios[np.isfinite(ratios)]
-    return _bootstrap_result(
-        f"{'paired' if paired else 'unpaired'} bootstrap of the ratio of {stat}s",
-        base,
-        cand,
-        baseline=base_stat,
-        candidate=cand_stat,
-        effect=cand_stat / base_stat,
-        replicates=ratios,
-        null=1.0,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        paired=paired,
-        std_error=float(finite.std(ddof=1)) if finite.size > 1 else math.inf,
-    )
-
-
-def bootstrap_diff(
-    base_values: Values,
-    cand_values: Values,
-    stat: Stat = "mean",
-    confidence: float = 0.95,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-) -> BootstrapResult:
-    """Unpaired bootstrap interval for ``stat(cand) − stat(base)`` (e.g. SLO attainment shares)."""
-    _check_confidence(confidence)
-    base, cand = _as_arrays(base_values, cand_values, "values")
-    rng = np.random.default_rng(seed)
-    base_reps, cand_reps = _bootstrap_replicates(base, cand, stat, n_boot, rng, paired=False)
-    diffs = cand_reps - base_reps
-    base_stat = float(_statistic(base, stat))
-    cand_stat = float(_statistic(cand, stat))
-    return _bootstrap_result(
-        f"unpaired bootstrap of the difference of {stat}s",
-        base,
-        cand,
-        baseline=base_stat,
-        candidate=cand_stat,
-        effect=cand_stat - base_stat,
-        replicates=diffs,
-        null=0.0,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        paired=False,
-        std_error=float(diffs.std(ddof=1)) if n_boot > 1 else 0.0,
-    )
-
-
-def mann_whitney(base_values: Values, cand_values: Values) -> MannWhitneyResult:
-    """Two-sided Mann-Whitney U test; an alternative to the bootstrap for a latency shift."""
-    base, cand = _as_arrays(base_values, cand_values, "values")
-    result = sps.mannwhitneyu(cand, base, alternative="two-sided")
-    statistic = float(result.statistic)
-    return MannWhitneyResult(
-        test="Mann-Whitney U (two-sided)",
-        n_base=int(base.size),
-        n_cand=int(cand.size),
-        statistic=statistic,
-        p_value=float(result.pvalue),
-        prob_cand_greater=statistic / (base.size * cand.size),
-    )
-
-
 def samples_needed(
     *,
     n: int,
@@ -489,7 +259,7 @@ def samples_needed(
     Returns the extra samples (at least 1), capped at ``cap``: when the effect sits (almost) on the
     threshold no affordable sample size settles it, and the cap says "at least this many".
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     if n <= 0 or not math.isfinite(std_error) or std_error <= 0:
         return cap
     distance = abs(effect - threshold)

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 from gates.judge.mechanisms import bottleneck_verdict, mechanism_verdicts
 from gates.judge.metric_judge import judge_metric
-from gates.judge.metrics import is_quality
 from gates.judge.records import Kind, MetricVerdict, Role, Status, TaskEvidence, TaskVerdict, unmeasured_verdict
 from gates.judge.rules import Rule, min_samples_for
 from gates.judge.validity import judge_comparability
+from gates.policy.metrics import is_quality
 
 if TYPE_CHECKING:
-    from gates.policy import MetricRule, Policy, TaskPolicy
+    from gates.policy.rules import MetricRule, Policy, TaskPolicy
 
 
 def _policy_rules(
@@ -93,10 +93,15 @@ def judge_task(
     base_seed = policy.seed if seed is None else seed
     active_quant = next((m for m in mechanisms if task in policy.critical_tasks_for([m])), None)
     verdicts = [
-        judge_metric(_to_rule(rule, kind, critical, note, task_policy), evidence, task_policy, seed=base_seed,
-                     n_boot=policy.n_boot)
+        judge_metric(
+            _to_rule(rule, kind, critical, note, task_policy),
+            evidence,
+            task_policy,
+            seed=base_seed,
+            n_boot=policy.n_boot,
+        )
         for rule, kind, critical, note in _policy_rules(task_policy, role, active_quant)
-    ]  # fmt: skip
+    ]
     if role == "beneficiary":
         verdicts += mechanism_verdicts(policy, evidence, task_policy, mechanisms, base_seed)
         if bottleneck:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gates.judge.metrics import METRIC_SPECS
 from gates.judge.pairing import sample_values
 from gates.judge.records import MetricVerdict, RunTaskEvidence, TaskEvidence
+from gates.policy.metrics import METRIC_SPECS
 
 # Families the load client times: they carry delivery; engine counters and quality do not.
 CLIENT_TIMED = ("latency", "throughput", "goodput")

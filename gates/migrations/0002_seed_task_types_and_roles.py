@@ -13,7 +13,7 @@ TASK_TYPES = [
     ("code_assistant", "Code assistant", "medium", "Decode-latency-bound code generation checked by unit tests."),
     ("compliance_qa", "Compliance Q&A", "high", "Refusal boundary: disallowed requests refused, allowed ones answered."),
     ("tool_calling", "Tool calling", "medium", "JSON tool arguments that must validate against the tool's schema."),
-]  # fmt: skip
+]
 
 ROLES = ["engineer", "reviewer", "admin"]
 

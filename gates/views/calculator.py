@@ -8,9 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from gates.forms import (
-    KvCalculatorForm,
-)
+from gates.forms.calculator import KvCalculatorForm
 from gates.kv_calculator import GIB, Capacity, KvShape, compare
 
 

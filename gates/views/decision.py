@@ -6,13 +6,11 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from gates import routing, signoff
-from gates.decisions import decision_current
-from gates.forms import (
-    SignOffForm,
-)
-from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
-from optgate.roles import REVIEWER
+from gates.forms.review import SignOffForm
+from gates.models import GateDecision, ReleaseTicket
+from gates.selectors.decisions import decision_current
+from gates.selectors.routes import route_table
+from gates.services import signoff
 
 
 def _num(value: Any) -> str:
@@ -69,7 +67,7 @@ def proposed_route_changes(ticket: ReleaseTicket, decision: dict[str, Any] | Non
     if decision is None:
         return []
     record: GateDecision = decision["record"]
-    current = {r.task.slug: r.backend for r in routing.route_table().filter(tenant="")}
+    current = {r.task.slug: r.backend for r in route_table().filter(tenant="")}
     rows = []
     for task, side in record.proposed_routes.items():
         target = ticket.candidate if side == "candidate" else ticket.baseline
@@ -97,29 +95,20 @@ def signoff_form_for(decision: GateDecision, user: User, data: Any = None) -> Si
 
 
 def signoff_context(
-    ticket: ReleaseTicket, decision: dict[str, Any] | None, user: User, roles: set[str], form: SignOffForm | None
+    ticket: ReleaseTicket, decision: dict[str, Any] | None, user: User, form: SignOffForm | None
 ) -> dict[str, Any]:
     """Sign-offs so far, what is still missing, and the form when this user may sign now."""
     if decision is None:
         return {"decision": None}
     record: GateDecision = decision["record"]
     sign_offs = list(record.sign_offs.select_related("reviewer"))
-    can_sign = (
-        ticket.status == TicketStatus.EVALUATED
-        and record.outcome != DecisionOutcome.NEEDS_EVIDENCE
-        and not record.signed_verdict
-        and REVIEWER in roles
-        and ticket.owner_id != user.pk
-        and all(s.reviewer_id != user.pk for s in sign_offs)
-    )
-    why_not = ""
-    if not can_sign and ticket.status == TicketStatus.EVALUATED and not record.signed_verdict:
-        if ticket.owner_id == user.pk:
-            why_not = "You own this ticket, so you cannot sign it off."
-        elif REVIEWER not in roles:
-            why_not = "Sign-off is for reviewers."
-        elif any(s.reviewer_id == user.pk for s in sign_offs):
-            why_not = "You have signed this decision."
+    refusal = signoff.signoff_refusal(ticket, record, user, sign_offs)
+    why_not = {
+        "owner": "You own this ticket, so you cannot sign it off.",
+        "not_reviewer": "Sign-off is for reviewers.",
+        "signed": "You have signed this decision.",
+    }.get(refusal, "")
+    can_sign = not refusal
     return {
         "decision": record,
         "sign_offs": sign_offs,

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evaluators.charts import Summary, box_svg, cdf_svg, summarise
-from evaluators.models import EvaluationRun, SampleRecord, TaskResult
-from gates.forms import (
-    SampleFilterForm,
-)
+from evaluators.models import EvaluationRun, SampleRecord
+from evaluators.selectors import request_latencies_ms
+from gates.forms.review import SampleFilterForm
 from gates.models import ReleaseTicket
+from gates.selectors.evidence import failing_sample_keys, sample_filter_choices, sample_records, task_results
 
 # Engine counters worth a reviewer's eye, in display order; other numeric keys follow.
 ENGINE_KEYS = (
@@ -78,10 +78,6 @@ def _engine_rows(base: dict[str, Any], cand: dict[str, Any]) -> list[tuple[str, 
     return [(key, base.get(key), cand.get(key)) for key in keys]
 
 
-def _ms(records: list[dict[str, Any]], key: str) -> list[float]:
-    return [float(r[key]) * 1000.0 for r in records if r.get("error") is None and isinstance(r.get(key), int | float)]
-
-
 def build_evidence(ticket: ReleaseTicket) -> Evidence:
     """Per-task latency charts, quality aggregates and engine counters of the ticket's two runs."""
     roles = _task_roles(ticket)
@@ -89,10 +85,7 @@ def build_evidence(ticket: ReleaseTicket) -> Evidence:
     evidence = Evidence(list(roles), base_run, cand_run)
     if base_run is None and cand_run is None:
         return evidence
-    results: dict[tuple[int, str], TaskResult] = {
-        (r.run_id, r.task): r
-        for r in TaskResult.objects.filter(run_id__in=[r.pk for r in (base_run, cand_run) if r], task__in=roles)
-    }
+    results = task_results([r.pk for r in (base_run, cand_run) if r], list(roles))
     evidence.run_engine = _engine_rows(
         base_run.engine_evidence if base_run else {}, cand_run.engine_evidence if cand_run else {}
     )
@@ -104,8 +97,8 @@ def build_evidence(ticket: ReleaseTicket) -> Evidence:
         latency = []
         for key, label in LATENCY_METRICS:
             series = {
-                "baseline": _ms(base.requests if base else [], key),
-                "candidate": _ms(cand.requests if cand else [], key),
+                "baseline": request_latencies_ms(base.requests if base else [], key),
+                "candidate": request_latencies_ms(cand.requests if cand else [], key),
             }
             chart_id = f"{task}-{key}"
             latency.append(
@@ -162,25 +155,19 @@ def sample_pairs(ticket: ReleaseTicket, params: Any) -> dict[str, Any]:
     runs = [r for r in (base_run, cand_run) if r]
     if not runs:
         return {"available": False}
-    failing = SampleRecord.objects.filter(run_id__in=runs, passed=False)
-    tasks = sorted(set(SampleRecord.objects.filter(run_id__in=runs).values_list("task", flat=True).distinct()))
-    reasons = sorted(set(failing.exclude(failure_reason="").values_list("failure_reason", flat=True).distinct()))
+    tasks, reasons = sample_filter_choices(runs)
     form = SampleFilterForm(params or None, tasks=tasks, reasons=reasons)
     filters = form.cleaned_data if form.is_bound and form.is_valid() else {}
     show = filters.get("show") or "regressions"
-    if filters.get("task"):
-        failing = failing.filter(task=filters["task"])
-    if filters.get("reason"):
-        failing = failing.filter(failure_reason=filters["reason"])
-    if show in ("candidate_failed", "regressions"):
-        failing = failing.filter(run_id=cand_run)
-    all_keys = list(dict.fromkeys(failing.order_by("task", "sample_id").values_list("task", "sample_id")))
+    all_keys = failing_sample_keys(
+        runs,
+        task=filters.get("task") or "",
+        reason=filters.get("reason") or "",
+        only_run=cand_run if show in ("candidate_failed", "regressions") else None,
+    )
     # Regressions drop pairs whose baseline failed too, so look at a few pages' worth of keys.
     keys = all_keys[: SAMPLE_LIMIT * (4 if show == "regressions" else 1)]
-    records = SampleRecord.objects.filter(
-        run_id__in=runs, task__in={t for t, _ in keys}, sample_id__in={s for _, s in keys}
-    )
-    by_key: dict[tuple[str, str, int], SampleRecord] = {(r.task, r.sample_id, r.run_id): r for r in records}
+    by_key = sample_records(runs, keys)
     pairs = []
     for task, sample_id in keys:
         pair = SamplePair(

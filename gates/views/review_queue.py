@@ -7,26 +7,18 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from gates.decisions import decision_current
-from gates.forms import (
-    ReviewOutcomeForm,
-    apply_service_errors,
-)
-from gates.models import GateDecision
-from gates.views.errors import refuse
-from optgate.errors import DomainError, InvalidInput, NotAllowed
-from optgate.roles import ADMIN, REVIEWER, user_roles
-from workers.models import Review, ReviewStatus
-from workers.reviews import review_complete
-
-
-def reviews_due(*, limit: int = 50) -> list[Review]:
-    """Open reviews of active optimizations, the soonest due first."""
-    return list(Review.objects.filter(status=ReviewStatus.OPEN).select_related("ticket__candidate")[:limit])
+from core.errors import InvalidInput
+from core.roles import ADMIN, REVIEWER, user_roles
+from gates.forms.base import apply_service_errors
+from gates.forms.review import ReviewOutcomeForm
+from gates.models import Review
+from gates.selectors.decisions import decision_current
+from gates.selectors.reviews import review_get, reviews_due, signed_tasks_by_ticket
+from gates.services.reviews import review_complete
 
 
 def _review_form(review: Review, data: Any = None, signed: dict[int, list[str]] | None = None) -> ReviewOutcomeForm:
@@ -38,15 +30,6 @@ def _review_form(review: Review, data: Any = None, signed: dict[int, list[str]] 
     return ReviewOutcomeForm(data, tasks=tasks, prefix=f"review-{review.pk}")
 
 
-def _signed_tasks_by_ticket(ticket_ids: list[int]) -> dict[int, list[str]]:
-    """Each ticket's current binding decision's signed tasks, in one query."""
-    signed: dict[int, list[str]] = {}
-    decisions = GateDecision.objects.filter(ticket_id__in=ticket_ids, dry_run=False).order_by("ticket_id", "-id")
-    for ticket_id, tasks in decisions.values_list("ticket_id", "signed_tasks"):
-        signed.setdefault(ticket_id, list(tasks or []))
-    return signed
-
-
 @login_required
 def reviews(request: HttpRequest, forms: dict[int, ReviewOutcomeForm] | None = None, status: int = 200) -> HttpResponse:
     """Reviews due, each with its outcome form (keep default, restrict, roll back, observe more)."""
@@ -54,7 +37,7 @@ def reviews(request: HttpRequest, forms: dict[int, ReviewOutcomeForm] | None = N
     can_review = bool(user_roles(user) & {REVIEWER, ADMIN})
     rows = []
     due = reviews_due(limit=200)
-    signed = _signed_tasks_by_ticket([review.ticket_id for review in due])
+    signed = signed_tasks_by_ticket([review.ticket_id for review in due])
     for review in due:
         form = (forms or {}).get(review.pk) or _review_form(review, signed=signed)
         own = review.ticket.owner_id == user.pk
@@ -66,17 +49,15 @@ def reviews(request: HttpRequest, forms: dict[int, ReviewOutcomeForm] | None = N
 @require_POST
 def review_outcome(request: HttpRequest, pk: int) -> HttpResponse:
     """Record a review's outcome through ``review_complete`` (which moves routes where it must)."""
-    review = get_object_or_404(Review.objects.select_related("ticket__owner"), pk=pk)
+    review = review_get(pk=pk)
+    if review is None:
+        raise Http404("no such review")
     form = _review_form(review, request.POST)
     if form.is_valid():
         try:
             review_complete(review=review, actor=request.user, **form.service_fields())  # type: ignore[arg-type]
         except InvalidInput as exc:
             apply_service_errors(form, exc.errors)
-        except NotAllowed as exc:
-            return refuse(request, exc, 403)
-        except DomainError as exc:
-            return refuse(request, exc, 409)
         else:
             messages.success(
                 request, f"Review #{review.pk} of ticket #{review.ticket_id}: {form.cleaned_data['outcome']}."

@@ -11,34 +11,28 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from gates import routing, services, signoff
-from gates.decisions import decision_current
-from gates.forms import (
-    PRESETS,
-    REASON_CODES,
-    TICKET_ERROR_FIELDS,
-    SignOffForm,
-    TicketForm,
-    TransitionForm,
-    apply_service_errors,
-)
-from gates.models import Mechanism, ReleaseTicket, TaskType, TicketStatus
-from gates.selectors import ticket_list
+from core.errors import DomainError, InvalidInput, NotAllowed
+from core.roles import ADMIN, ENGINEER, user_roles
+from gates.forms.base import apply_service_errors
+from gates.forms.presets import PRESETS
+from gates.forms.review import SignOffForm
+from gates.forms.tickets import REASON_CODES, TICKET_ERROR_FIELDS, TicketForm, TransitionForm
+from gates.models import Mechanism, ReleaseTicket, TicketStatus
+from gates.selectors.decisions import decision_current
+from gates.selectors.tickets import task_types, ticket_get, ticket_list
+from gates.services import signoff
+from gates.services import tickets as services
+from gates.services.actions import TICKET_ACTIONS, ticket_action_take, ticket_actions_for
 from gates.views.decision import latest_decision, proposed_route_changes, signoff_context, signoff_form_for
-from gates.views.errors import refuse
 from gates.views.evidence import build_evidence, sample_pairs
 from ledger.selectors import ledger_entries
-from optgate.errors import DomainError, InvalidInput, NotAllowed
-from optgate.roles import ADMIN, ENGINEER, user_roles
-from workers.services import evaluation_request
 
 LIST_PAGE_SIZE = 50
-EVALUABLE = (TicketStatus.SUBMITTED, TicketStatus.NEEDS_EVIDENCE)
 ACTION_LABELS = {"submit": "Submit for evaluation", "request_evidence": "Request more evidence"}
 
 
@@ -55,7 +49,7 @@ def ticket_index(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "statuses": TicketStatus.values,
         "mechanisms": Mechanism.values,
-        "tasks": list(TaskType.objects.values_list("slug", flat=True)),
+        "tasks": [task.slug for task in task_types()],
         "query": request.GET.copy().urlencode() if "page" not in request.GET else "",
     }
     return render(request, "tickets/list.html", context)
@@ -80,7 +74,7 @@ def _form_page(
 def ticket_new(request: HttpRequest) -> HttpResponse:
     """File a ticket. ``?preset=<slug>`` pre-fills mechanism, bottleneck, metrics and an args snippet."""
     if not _can_file(request.user):
-        return refuse(request, NotAllowed("only engineers file release tickets"), 403)
+        raise NotAllowed("only engineers file release tickets")
     if request.method != "POST":
         preset = PRESETS.get(request.GET.get("preset", ""))
         initial: dict[str, Any] = {"observation_window_hours": 168}
@@ -96,8 +90,6 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
             ticket = services.ticket_create(owner=request.user, **form.service_fields())  # type: ignore[arg-type]
         except InvalidInput as exc:
             apply_service_errors(form, exc.errors, TICKET_ERROR_FIELDS)
-        except NotAllowed as exc:
-            return refuse(request, exc, 403)
         else:
             messages.success(request, f"Ticket #{ticket.pk} filed as a draft. Submit it when it is complete.")
             return redirect("ui:ticket", pk=ticket.pk)
@@ -110,7 +102,7 @@ def ticket_edit(request: HttpRequest, pk: int) -> HttpResponse:
     ticket = get_object_or_404(ticket_list(), pk=pk)
     # Refuse before showing the form: nobody else may edit, so the form would only mislead.
     if ticket.owner_id != request.user.pk and ADMIN not in user_roles(request.user):
-        return refuse(request, NotAllowed("only the ticket's owner or an admin edits it"), 403)
+        raise NotAllowed("only the ticket's owner or an admin edits it")
     if request.method != "POST":
         return _form_page(request, TicketForm(initial=TicketForm.initial_from_ticket(ticket)), ticket=ticket)
     form = TicketForm(request.POST)
@@ -119,10 +111,6 @@ def ticket_edit(request: HttpRequest, pk: int) -> HttpResponse:
             services.ticket_update(ticket=ticket, actor=request.user, **form.service_fields())
         except InvalidInput as exc:
             apply_service_errors(form, exc.errors, TICKET_ERROR_FIELDS)
-        except NotAllowed as exc:
-            return refuse(request, exc, 403)
-        except DomainError as exc:
-            return refuse(request, exc, 409)
         else:
             messages.success(request, "Draft saved.")
             return redirect("ui:ticket", pk=ticket.pk)
@@ -132,24 +120,9 @@ def ticket_edit(request: HttpRequest, pk: int) -> HttpResponse:
 # --- ticket page -------------------------------------------------------------------------------
 
 
-def _could_take(ticket: ReleaseTicket, action: str, user: User, roles: set[str]) -> bool:
-    """Whether the action's button is worth showing; mirrors the service's rule, which still decides."""
-    allowed = services.ACTION_ROLES[action]
-    is_owner = ticket.owner_id == user.pk
-    if action in services.SIGN_OFF_ACTIONS and is_owner:
-        return False
-    return (is_owner and "owner" in allowed) or bool(roles & (allowed - {"owner", "system"}))
-
-
-def _action_forms(
-    ticket: ReleaseTicket, user: User, roles: set[str], bound: TransitionForm | None
-) -> list[dict[str, Any]]:
+def _action_forms(ticket: ReleaseTicket, user: User, bound: TransitionForm | None) -> list[dict[str, Any]]:
     forms: list[dict[str, Any]] = []
-    actions = ticket.allowed_actions()
-    # The owner asks for (re-)evaluation; the system's start_evaluation follows on a worker.
-    if ticket.status in EVALUABLE and (ticket.owner_id == user.pk or ADMIN in roles):
-        actions = ["evaluate", *[a for a in actions if a != "start_evaluation"]]
-    for action in actions:
+    for action in ticket_actions_for(ticket, user):
         if action == "evaluate":
             forms.append(
                 {
@@ -165,16 +138,13 @@ def _action_forms(
                 }
             )
             continue
-        # Approve, restrict and reject are reviewer sign-offs on the decision: see the sign-off form.
-        if action in services.SIGN_OFF_ACTIONS or not _could_take(ticket, action, user, roles):
-            continue
         form = bound if bound is not None and bound.data.get("action") == action else None
         forms.append(
             {
                 "action": action,
                 "label": ACTION_LABELS.get(action, action.replace("_", " ").capitalize()),
                 "codes": REASON_CODES.get(action, []),
-                "reason_required": action in services.REASON_REQUIRED,
+                "reason_required": TICKET_ACTIONS[action].reason_required,
                 "form": form,
             }
         )
@@ -201,9 +171,9 @@ def _ticket_page(
         "samples": samples,
         "decision": decision,
         "route_changes": proposed_route_changes(ticket, decision),
-        "actions": _action_forms(ticket, user, roles, bound),
+        "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
-        "signoff": signoff_context(ticket, decision, user, roles, signoff_form),
+        "signoff": signoff_context(ticket, decision, user, signoff_form),
     }
     return render(request, "tickets/detail.html", context, status=status)
 
@@ -217,7 +187,9 @@ def ticket_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def ticket_samples(request: HttpRequest, pk: int) -> HttpResponse:
     """The failure-samples block alone, for htmx filtering (the full page serves the same filters)."""
-    ticket = get_object_or_404(ReleaseTicket.objects.select_related("baseline_run", "candidate_run"), pk=pk)
+    ticket = ticket_get(pk=pk)
+    if ticket is None:
+        raise Http404("no such ticket")
     return render(request, "partials/samples.html", {"ticket": ticket, "samples": sample_pairs(ticket, request.GET)})
 
 
@@ -232,34 +204,20 @@ def ticket_action(request: HttpRequest, pk: int) -> HttpResponse:
     action = form.cleaned_data["action"]
     code = form.cleaned_data.get("reason_code") or ""
     reason = form.reason()
+    # The form's Submit button on a draft asks for the evaluation too (which submits it first).
+    if action == "submit" and ticket.status == TicketStatus.DRAFT:
+        action = "evaluate"
     try:
-        # Canary, promotion and rollback move routes too, so they go through the routing services.
-        if action == "evaluate" or (action == "submit" and ticket.status == TicketStatus.DRAFT):
-            # Submitting asks for the evaluation too: both runs are requested on the workers.
-            evaluation_request(ticket=ticket, actor=request.user)
-        elif action == "start_canary":
-            routing.routes_start_canary(ticket=ticket, actor=request.user, reason=reason)
-        elif action == "promote":
-            routing.routes_promote(ticket=ticket, actor=request.user, reason=reason)
-        elif action == "roll_back":
-            routing.routes_rollback(ticket=ticket, actor=request.user, reason=reason)
-        elif action in services.SIGN_OFF_ACTIONS:
-            raise NotAllowed("approve, restrict and reject are reviewer sign-offs: use the sign-off form")
-        else:
-            services.ticket_transition(
-                ticket=ticket,
-                action=action,
-                actor=request.user,
-                reason=reason,
-                details={"reason_code": code} if code else None,
-            )
+        ticket_action_take(
+            ticket=ticket,
+            action=action,
+            actor=request.user,
+            reason=reason,
+            details={"reason_code": code} if code else None,
+        )
     except InvalidInput as exc:
         apply_service_errors(form, {("comment" if k == "reason" else k): v for k, v in exc.errors.items()})
         return _ticket_page(request, ticket, bound=form, status=400)
-    except NotAllowed as exc:
-        return refuse(request, exc, 403)
-    except DomainError as exc:
-        return refuse(request, exc, 409)
     messages.success(request, f"Ticket #{ticket.pk}: {action.replace('_', ' ')} done.")
     return redirect(reverse("ui:ticket", kwargs={"pk": ticket.pk}) + "#status")
 
@@ -272,17 +230,13 @@ def ticket_signoff(request: HttpRequest, pk: int) -> HttpResponse:
     user: User = request.user  # type: ignore[assignment]
     decision = decision_current(ticket=ticket)
     if decision is None:
-        return refuse(request, DomainError(f"ticket #{ticket.pk} has no gate decision to sign off"), 409)
+        raise DomainError(f"ticket #{ticket.pk} has no gate decision to sign off")
     form = signoff_form_for(decision, user, request.POST)
     if form.is_valid():
         try:
             result = signoff.signoff_record(ticket=ticket, actor=user, **form.service_fields())
         except InvalidInput as exc:
             apply_service_errors(form, {("verdict" if k == "decision" else k): v for k, v in exc.errors.items()})
-        except NotAllowed as exc:
-            return refuse(request, exc, 403)
-        except DomainError as exc:
-            return refuse(request, exc, 409)
         else:
             if result.moved:
                 messages.success(request, f"Signed: ticket #{ticket.pk} is now {result.ticket.status}.")

@@ -6,10 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from backends.models import Backend
 from evaluators import services
 from evaluators.models import EvaluationRun, RunStatus
 from evaluators.suites import SUITES
-from ledger.models import Backend
 
 
 def _fmt(value: Any, pattern: str = "{:.1f}") -> str:
@@ -18,8 +18,10 @@ def _fmt(value: Any, pattern: str = "{:.1f}") -> str:
 
 def summary_table(run: EvaluationRun) -> str:
     """One line per task: quality, latency percentiles, throughput and engine evidence."""
-    header = (f"{'task':<18} {'n':>3} {'pass':>6} {'ttft p50':>9} {'ttft p95':>9} {'tpot p50':>9} "
-              f"{'e2e p95':>9} {'tok/s':>7} {'cache hit':>9} {'spec acc':>8}  top failure")  # fmt: skip
+    header = (
+        f"{'task':<18} {'n':>3} {'pass':>6} {'ttft p50':>9} {'ttft p95':>9} {'tpot p50':>9} "
+        f"{'e2e p95':>9} {'tok/s':>7} {'cache hit':>9} {'spec acc':>8}  top failure"
+    )
     lines = [header, "-" * len(header)]
     for result in run.task_results.order_by("task"):
         q, p, e = result.quality, result.performance, result.engine_evidence
@@ -51,12 +53,20 @@ class Command(BaseCommand):
         backend = Backend.objects.filter(name=options["backend"]).first()
         if backend is None:
             raise CommandError(f"no backend named {options['backend']!r}")
-        profile = {k: v for k, v in {"requests_per_task": options["requests"],
-                                     "concurrency": options["concurrency"]}.items() if v is not None}  # fmt: skip
+        profile = {
+            k: v
+            for k, v in {"requests_per_task": options["requests"], "concurrency": options["concurrency"]}.items()
+            if v is not None
+        }
         tasks = [t.strip() for t in options["tasks"].split(",") if t.strip()]
-        run, reused = services.run_request(backend=backend, tasks=tasks, load_profile=profile,
-                                           attach_base_url=options["attach"], attach_model=options["attach_model"],
-                                           allow_reuse=not options["fresh"])  # fmt: skip
+        run, reused = services.run_request(
+            backend=backend,
+            tasks=tasks,
+            load_profile=profile,
+            attach_base_url=options["attach"],
+            attach_model=options["attach_model"],
+            allow_reuse=not options["fresh"],
+        )
         if reused and run.status == RunStatus.SUCCEEDED:
             self.stdout.write(f"reusing finished run #{run.pk} (same fingerprint, suites, engine and hardware)")
         else:

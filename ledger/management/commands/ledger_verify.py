@@ -17,9 +17,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         # Half the CPUs by default: the database usually runs on the same host and needs the others.
         parser.add_argument(
-            "--workers", type=int, default=min(max(1, (os.cpu_count() or 1) // 2), 8),
+            "--workers",
+            type=int,
+            default=min(max(1, (os.cpu_count() or 1) // 2), 8),
             help="processes checking parts of the chain in parallel on PostgreSQL (default: half the CPUs, ≤ 8)",
-        )  # fmt: skip
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 1:

@@ -1,0 +1,112 @@
+"""REST API of a ticket's gate decision and the reviewers' sign-off on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from core.api import StrictInputSerializer
+from gates.models import GateDecision, ReasonCode, ReleaseTicket, ReviewerCapacity, SignOff, SignOffVerdict
+from gates.selectors.decisions import decision_current, decisions_before, with_sign_offs
+from gates.services import signoff
+
+
+class SignOffSerializer(serializers.ModelSerializer):
+    reviewer: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = SignOff
+        fields = [
+            "id",
+            "reviewer",
+            "capacity",
+            "verdict",
+            "tasks",
+            "reason_code",
+            "comment",
+            "override",
+            "override_reason",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    sign_offs = SignOffSerializer(many=True, read_only=True)
+    sign_off_state = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GateDecision
+        fields = [
+            "id",
+            "ticket",
+            "policy_version",
+            "dry_run",
+            "baseline_run",
+            "candidate_run",
+            "outcome",
+            "reasons",
+            "verdicts",
+            "proposed_routes",
+            "allowed_tasks",
+            "samples_needed",
+            "warnings",
+            "seed",
+            "created_at",
+            "signed_verdict",
+            "signed_tasks",
+            "signed_at",
+            "sign_offs",
+            "sign_off_state",
+        ]
+        read_only_fields = fields
+
+    def get_sign_off_state(self, decision: GateDecision) -> list[dict[str, Any]]:
+        return signoff.signoff_summary(decision, decision.sign_offs.all())  # prefetched by the read
+
+
+def ticket_decision(ticket: ReleaseTicket) -> Response:
+    """The ticket's current decision with its sign-offs, and the earlier decisions in brief."""
+    current = decision_current(ticket=ticket)
+    if current is None:
+        return Response({"detail": f"ticket #{ticket.pk} has no gate decision yet"}, status=status.HTTP_404_NOT_FOUND)
+    with_sign_offs(current)
+    return Response({**DecisionSerializer(current).data, "history": decisions_before(current)})
+
+
+class SignOffInputSerializer(StrictInputSerializer):
+    decision = serializers.ChoiceField(choices=SignOffVerdict.choices)
+    reason_code = serializers.ChoiceField(choices=ReasonCode.choices)
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+    override_reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+    capacity = serializers.ChoiceField(choices=ReviewerCapacity.choices, required=False)
+    tasks = serializers.ListField(child=serializers.SlugField(), required=False)
+
+
+def ticket_sign_off(request: Request, ticket: ReleaseTicket) -> Response:
+    """Record the caller's sign-off; 201 with the sign-off, its state and the ticket's status."""
+    body = SignOffInputSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    data = body.validated_data
+    result = signoff.signoff_record(
+        ticket=ticket,
+        actor=request.user,
+        verdict=data["decision"],
+        reason_code=data["reason_code"],
+        comment=data["comment"],
+        override_reason=data["override_reason"],
+        capacity=data.get("capacity"),
+        tasks=data.get("tasks"),
+    )
+    return Response(
+        {
+            "sign_off": SignOffSerializer(result.sign_off).data,
+            "state": result.state.to_dict(),
+            "moved": result.moved,
+            "ticket_status": result.ticket.status,
+        },
+        status=status.HTTP_201_CREATED,
+    )

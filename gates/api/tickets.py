@@ -1,0 +1,286 @@
+"""REST API of task types and release tickets with their actions (dispatched through ``gates.services.actions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import django_filters
+from django.contrib.auth.models import User
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from backends.models import Backend
+from core.api import IsEngineerOrReadOnly, StrictInputSerializer, idempotent_create
+from gates.api.decisions import SignOffInputSerializer, ticket_decision, ticket_sign_off
+from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TaskType, TicketStatus
+from gates.selectors.tickets import TICKET_FIELDS, action_paths, ticket_list, ticket_rows, ticket_shown
+from gates.services.actions import ticket_action_take
+from gates.services.tickets import ticket_create, ticket_update
+from gates.vocabulary import METRICS
+
+
+class TaskTypeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TaskType
+        fields = ["slug", "name", "description", "risk_tier", "suite_ref", "suite_version"]
+        read_only_fields = fields
+
+
+class TaskTypeViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = TaskType.objects.all()
+    serializer_class = TaskTypeSerializer
+    lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"  # a slug; anything else (a NUL byte, say) is a 404, not a query
+    pagination_class = None
+
+
+class BackendRefField(serializers.SlugRelatedField):
+    """A backend named by its name (CI files refer to backends by name)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(slug_field="name", queryset=Backend.objects.all(), **kwargs)
+
+
+class TicketInputSerializer(StrictInputSerializer):
+    """What an engineer files. Shapes are checked here; business rules in the service."""
+
+    read_only_hint = {
+        "status": "read-only: the status moves only through the POST actions",
+        "owner": "read-only: the owner is whoever files the ticket",
+    }
+
+    title = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True)
+    mechanisms = serializers.ListField(child=serializers.ChoiceField(choices=Mechanism.choices), allow_empty=False)
+    bottleneck = serializers.ChoiceField(choices=Bottleneck.choices)
+    bottleneck_evidence = serializers.CharField()
+    baseline = BackendRefField()
+    candidate = BackendRefField()
+    beneficiary_tasks = serializers.SlugRelatedField(
+        slug_field="slug", queryset=TaskType.objects.all(), many=True, allow_empty=False
+    )
+    risk_tasks = serializers.SlugRelatedField(
+        slug_field="slug", queryset=TaskType.objects.all(), many=True, required=False
+    )
+    benefit_metrics = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), allow_empty=False)
+    guardrail_metrics = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), allow_empty=False)
+    rollback_target = BackendRefField()
+    rollback_plan = serializers.DictField(child=serializers.CharField())
+    observation_window_hours = serializers.IntegerField(min_value=1, max_value=24 * 366, required=False)
+    canary_scope = serializers.DictField(required=False)
+
+
+class BackendRefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Backend
+        fields = ["id", "name", "fingerprint"]
+        read_only_fields = fields
+
+
+class TicketSerializer(serializers.ModelSerializer):
+    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    baseline = BackendRefSerializer(read_only=True)
+    candidate = BackendRefSerializer(read_only=True)
+    rollback_target = BackendRefSerializer(read_only=True)
+    beneficiary_tasks: serializers.RelatedField = serializers.SlugRelatedField(
+        slug_field="slug", many=True, read_only=True
+    )
+    risk_tasks: serializers.RelatedField = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+    allowed_actions = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ReleaseTicket
+        fields = TICKET_FIELDS
+        read_only_fields = fields
+
+    def get_allowed_actions(self, ticket: ReleaseTicket) -> list[str]:
+        return action_paths(ticket.status)
+
+
+class TransitionSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
+
+
+class TicketRollbackSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=4000)
+    task = serializers.SlugField(
+        required=False, allow_blank=True, help_text="one task type; all of the ticket's if empty"
+    )
+
+
+class TicketFilter(django_filters.FilterSet):
+    status = django_filters.ChoiceFilter(choices=TicketStatus.choices)
+    owner = django_filters.CharFilter(method="filter_owner", label="owner's username")
+    task = django_filters.CharFilter(method="filter_task", label="beneficiary or risk task type slug")
+    mechanism = django_filters.ChoiceFilter(choices=Mechanism.choices, method="filter_mechanism")
+
+    class Meta:
+        model = ReleaseTicket
+        fields = ["status", "owner", "task", "mechanism"]
+
+    def filter_owner(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset & ticket_list(owner=value)
+
+    def filter_task(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset.filter(pk__in=ticket_list(task=value).values("pk"))
+
+    def filter_mechanism(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset & ticket_list(mechanism=value)
+
+
+def _transition_action(name: str) -> Any:
+    sources, target = TRANSITIONS[name]
+
+    def take(self: TicketViewSet, request: Request, pk: str | None = None) -> Response:
+        ticket = self.get_object()
+        body = TransitionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        moved = ticket_action_take(ticket=ticket, action=name, actor=request.user, **body.validated_data)
+        return Response(ticket_shown(moved))
+
+    take.__doc__ = f"{name.replace('_', ' ').capitalize()}: {' | '.join(sorted(sources))} → {target}."
+    take.__name__ = name
+    # extend_schema goes on top: @action replaces the function's kwargs, where the schema is kept.
+    routed = action(detail=True, methods=["post"], url_path=name.replace("_", "-"))(take)
+    return extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})(routed)
+
+
+class TicketViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Release tickets. Status is read-only: it moves only through the POST actions."""
+
+    serializer_class = TicketSerializer
+    permission_classes = [IsEngineerOrReadOnly]
+    filterset_class = TicketFilter
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self) -> Any:
+        # Responses are built by ``ticket_rows``; the reads need only the ticket's id, the other
+        # actions the ticket itself.
+        if self.action in ("retrieve", "decision"):
+            return ReleaseTicket.objects.only("pk")
+        return ReleaseTicket.objects.all()
+
+    def filter_queryset(self, queryset: Any) -> Any:
+        # The list's filters (?status=, ?owner=…) choose among tickets; one named by id is just that ticket.
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        tickets = self.filter_queryset(self.get_queryset())
+        # The page is chosen (and counted) on the tickets alone: counting the rows would join
+        # the backends and owners too. Its rows come back in the same (the model's) order.
+        page = self.paginate_queryset(tickets.values_list("pk", flat=True))
+        return self.get_paginated_response(ticket_rows(ReleaseTicket.objects.filter(pk__in=page)))
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(ticket_shown(self.get_object()))
+
+    def get_permissions(self) -> Sequence[Any]:
+        # Transition actions are open to every signed-in role; the service decides who may act.
+        if self.action in TRANSITIONS:
+            return [permissions.IsAuthenticated()]
+        return list(super().get_permissions())
+
+    @extend_schema(request=TicketInputSerializer, responses={201: TicketSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        def file_ticket() -> Response:
+            data = TicketInputSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            ticket = ticket_create(owner=cast(User, request.user), **data.validated_data)
+            return Response(ticket_shown(ticket), status=status.HTTP_201_CREATED)
+
+        return idempotent_create(request, "tickets", file_ticket)
+
+    @extend_schema(request=TicketInputSerializer, responses={200: TicketSerializer})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Edit a draft ticket; any other status answers 409."""
+        ticket = self.get_object()
+        data = TicketInputSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        ticket_update(ticket=ticket, actor=request.user, **data.validated_data)
+        return Response(ticket_shown(ticket))
+
+    # Approve, restrict and reject happen only through sign-off (capacities, overrides); the
+    # evaluation moves belong to the workers; canary, promotion and rollback move routes too.
+    submit = _transition_action("submit")
+    request_evidence = _transition_action("request_evidence")
+    retire = _transition_action("retire")
+
+    @extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})
+    @action(detail=True, methods=["post"], url_path="start-canary")
+    def start_canary(self, request: Request, pk: str | None = None) -> Response:
+        """Start the canary (approved | restricted → canary): signed tasks route to the candidate for canary tenants."""
+        body = TransitionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ticket = ticket_action_take(
+            ticket=self.get_object(), action="start_canary", actor=request.user, **body.validated_data
+        )
+        return Response(ticket_shown(ticket))
+
+    @extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})
+    @action(detail=True, methods=["post"])
+    def promote(self, request: Request, pk: str | None = None) -> Response:
+        """Promote after the observation window: canary → default; the tasks' default routes move to the candidate."""
+        body = TransitionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ticket = ticket_action_take(
+            ticket=self.get_object(), action="promote", actor=request.user, **body.validated_data
+        )
+        return Response(ticket_shown(ticket))
+
+    @extend_schema(request=TicketRollbackSerializer, responses={200: TicketSerializer})
+    @action(detail=True, methods=["post"], url_path="roll-back")
+    def roll_back(self, request: Request, pk: str | None = None) -> Response:
+        """Move one task type (or all of the ticket's) back to the rollback target in one route version."""
+        ticket = self.get_object()
+        body = TicketRollbackSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ticket_action_take(
+            ticket=ticket,
+            action="roll_back",
+            actor=request.user,
+            reason=body.validated_data["reason"],
+            task=body.validated_data.get("task") or None,
+        )
+        return Response(ticket_shown(ticket))
+
+    # --- the gate (gates.api.decisions): the current decision and reviewer sign-off ---
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"], permission_classes=[permissions.IsAuthenticated])
+    def decision(self, request: Request, pk: str | None = None) -> Response:
+        """The ticket's current gate decision, its sign-offs and earlier decisions."""
+        return ticket_decision(self.get_object())
+
+    @extend_schema(request=SignOffInputSerializer, responses={201: dict})
+    @action(detail=True, methods=["post"], url_path="sign-off", permission_classes=[permissions.IsAuthenticated])
+    def sign_off(self, request: Request, pk: str | None = None) -> Response:
+        """Sign off the current decision: {decision, reason_code, comment, override_reason, capacity, tasks}."""
+        return ticket_sign_off(request, self.get_object())
+
+    @extend_schema(request=None, responses={202: TicketSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
+    def evaluate(self, request: Request, pk: str | None = None) -> Response:
+        """Submit (if a draft) and evaluate on the GPU workers: baseline and candidate runs, then the judge.
+
+        Evaluating a *needs evidence* ticket again measures both backends afresh.
+        """
+        ticket = ticket_action_take(ticket=self.get_object(), action="evaluate", actor=request.user)
+        return Response(ticket_shown(ticket), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={200: dict})
+    @action(
+        detail=True, methods=["post"], url_path="cancel-evaluation", permission_classes=[permissions.IsAuthenticated]
+    )
+    def cancel_evaluation(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel the ticket's unfinished runs; running engines are torn down."""
+        runs = ticket_action_take(ticket=self.get_object(), action="cancel_evaluation", actor=request.user)
+        return Response({"cancelled_runs": [run.pk for run in runs]})

@@ -1,0 +1,43 @@
+"""The gates app's models, one module per part of the domain; imported here so Django finds them."""
+
+from gates.models.decisions import DecisionOutcome, GateDecision, ReasonCode, ReviewerCapacity, SignOff, SignOffVerdict
+from gates.models.notifications import Notification, NotificationAttempt
+from gates.models.reviews import Review, ReviewOutcome, ReviewReason, ReviewStatus
+from gates.models.routes import Route, RouteTableVersion
+from gates.models.tickets import (
+    TRANSITIONS,
+    Bottleneck,
+    IllegalTransition,
+    Mechanism,
+    ReleaseTicket,
+    RiskTier,
+    TaskType,
+    TicketStatus,
+    allowed_actions,
+)
+
+__all__ = [
+    "TRANSITIONS",
+    "Bottleneck",
+    "DecisionOutcome",
+    "GateDecision",
+    "IllegalTransition",
+    "Mechanism",
+    "Notification",
+    "NotificationAttempt",
+    "ReasonCode",
+    "ReleaseTicket",
+    "Review",
+    "ReviewOutcome",
+    "ReviewReason",
+    "ReviewStatus",
+    "ReviewerCapacity",
+    "RiskTier",
+    "Route",
+    "RouteTableVersion",
+    "SignOff",
+    "SignOffVerdict",
+    "TaskType",
+    "TicketStatus",
+    "allowed_actions",
+]

@@ -1,0 +1,354 @@
+"""Gate policies: versioned YAML documents, validated on load into the frozen dataclasses of
+``gates.policy.rules``.
+
+A policy says, per task type, which metrics are guardrails (non-inferiority with a margin),
+which may be traded, which must improve, the SLOs used for goodput and the minimum sample counts;
+and, per mechanism, the extra rules the source chapter asks for. An invalid document raises
+:class:`PolicyError` whose message names the path in the document and the problem, e.g.
+``tasks.dataagent_nl2sql.guardrails[0].margin: must be a number between 0 and 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gates.policy.metrics import METRIC_SPECS, is_quality
+from gates.policy.rules import (
+    BOTTLENECKS,
+    MAX_N_BOOT,
+    MAX_REPORTED_ERRORS,
+    MECHANISMS,
+    POLICY_DIR,
+    POLICY_NAME,
+    QUANTIZATION_MECHANISMS,
+    TASK_NAME,
+    BottleneckRule,
+    MeasurementRule,
+    MetricRule,
+    MinSamples,
+    Policy,
+    PolicyError,
+    PrefixCacheRule,
+    QuantizationRule,
+    Slos,
+    SpeculativeDecodingRule,
+    TaskPolicy,
+)
+
+
+class _TooManyErrors(Exception):
+    pass
+
+
+class _Validator:
+    """Walks a parsed document, collecting every (path, problem) instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def error(self, path: str, problem: str) -> None:
+        self.errors.append((path, problem))
+        if len(self.errors) >= MAX_REPORTED_ERRORS:
+            raise _TooManyErrors
+
+    def mapping(
+        self, value: Any, path: str, allowed: set[str], required: frozenset[str] | set[str] = frozenset()
+    ) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.error(path, "must be a mapping")
+            return {}
+        for key in sorted(set(value) - allowed, key=str):
+            self.error(_join(path, str(key)), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        for key in sorted(required - set(value)):
+            self.error(_join(path, key), "is required")
+        return value
+
+    def number(
+        self, value: Any, path: str, low: float, high: float, default: float, *, open_high: bool = False
+    ) -> float:
+        if value is None:
+            return default
+        bad = isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+        if not bad and (value < low or value > high or (open_high and value >= high)):
+            bad = True
+        if bad:
+            upper = f"below {high:g}" if open_high else f"{high:g}"
+            self.error(path, f"must be a number between {low:g} and {upper}")
+            return default
+        return float(value)
+
+    def integer(self, value: Any, path: str, low: int, default: int, high: int | None = None) -> int:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            wanted = f"an integer from {low} to {high}" if high is not None else f"an integer of at least {low}"
+            self.error(path, f"must be {wanted}")
+            return default
+        return value
+
+    def boolean(self, value: Any, path: str, default: bool) -> bool:
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.error(path, "must be true or false")
+            return default
+        return value
+
+    def string(self, value: Any, path: str, default: str = "") -> str:
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            self.error(path, "must be a string")
+            return default
+        return value
+
+    def metric_name(self, value: Any, path: str) -> str | None:
+        if not isinstance(value, str) or value not in METRIC_SPECS:
+            self.error(path, f"unknown metric {value!r} (known: {', '.join(sorted(METRIC_SPECS))})")
+            return None
+        return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+_RULE_KEYS = {
+    "guardrail": {"metric", "label", "margin", "confidence", "critical"},
+    "tradeable": {"metric", "label"},
+    "objective": {"metric", "label", "min_improvement", "confidence"},
+}
+
+
+def _metric_rules(v: _Validator, items: Any, path: str, kind: str) -> tuple[MetricRule, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        v.error(path, "must be a list")
+        return ()
+    rules = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        item_path = f"{path}[{index}]"
+        raw = v.mapping(item, item_path, _RULE_KEYS[kind], {"metric"})
+        if not raw:
+            continue
+        metric = v.metric_name(raw.get("metric"), f"{item_path}.metric")
+        if metric is None:
+            continue
+        if metric in seen:
+            v.error(f"{item_path}.metric", f"{metric} is listed twice")
+            continue
+        seen.add(metric)
+        label = v.string(raw.get("label"), f"{item_path}.label", METRIC_SPECS[metric].label)
+        confidence = v.number(raw.get("confidence"), f"{item_path}.confidence", 0.5, 1, 0.95, open_high=True)
+        if kind == "guardrail":
+            if "margin" not in raw:
+                v.error(f"{item_path}.margin", "is required")
+            margin = v.number(raw.get("margin"), f"{item_path}.margin", 0, 1, 0.0)
+            critical = v.boolean(raw.get("critical"), f"{item_path}.critical", False)
+            rules.append(MetricRule(metric, kind, label, confidence, margin=margin, critical=critical))
+        elif kind == "objective":
+            gain = v.number(raw.get("min_improvement"), f"{item_path}.min_improvement", 0, 1, 0.0)
+            rules.append(MetricRule(metric, kind, label, confidence, min_improvement=gain))
+        else:
+            rules.append(MetricRule(metric, kind, label, confidence))
+    return tuple(rules)
+
+
+def _task_policy(v: _Validator, task: str, raw: Any, path: str) -> TaskPolicy:
+    raw = v.mapping(
+        raw, path, {"description", "guardrails", "tradeable", "objectives", "slos", "min_samples"}, {"guardrails"}
+    )
+    guardrails = _metric_rules(v, raw.get("guardrails"), f"{path}.guardrails", "guardrail")
+    if raw and not any(is_quality(rule.metric) for rule in guardrails) and "guardrails" in raw:
+        v.error(f"{path}.guardrails", "must include at least one quality metric (a pass/fail rate or score)")
+    slos_raw = v.mapping(raw.get("slos") or {}, f"{path}.slos", {"ttft_ms", "tpot_ms", "e2e_ms"})
+    slos = Slos(
+        **{
+            key: (v.number(slos_raw[key], f"{path}.slos.{key}", 0, 3_600_000, 0.0) if key in slos_raw else None)
+            for key in ("ttft_ms", "tpot_ms", "e2e_ms")
+        }
+    )
+    min_raw = v.mapping(raw.get("min_samples") or {}, f"{path}.min_samples", {"quality", "latency"})
+    min_samples = MinSamples(
+        quality=v.integer(min_raw.get("quality"), f"{path}.min_samples.quality", 1, 30),
+        latency=v.integer(min_raw.get("latency"), f"{path}.min_samples.latency", 1, 30),
+    )
+    return TaskPolicy(
+        task=task,
+        description=v.string(raw.get("description"), f"{path}.description"),
+        guardrails=guardrails,
+        tradeable=_metric_rules(v, raw.get("tradeable"), f"{path}.tradeable", "tradeable"),
+        objectives=_metric_rules(v, raw.get("objectives"), f"{path}.objectives", "objective"),
+        slos=slos,
+        min_samples=min_samples,
+    )
+
+
+def _mechanisms(
+    v: _Validator, raw: Any, tasks: Mapping[str, TaskPolicy]
+) -> tuple[SpeculativeDecodingRule, PrefixCacheRule, dict[str, QuantizationRule]]:
+    raw = v.mapping(raw or {}, "mechanisms", set(MECHANISMS))
+    sd = v.mapping(
+        raw.get("speculative_decoding") or {},
+        "mechanisms.speculative_decoding",
+        {"min_acceptance_rate", "min_e2e_improvement", "confidence"},
+    )
+    speculative = SpeculativeDecodingRule(
+        min_acceptance_rate=v.number(
+            sd.get("min_acceptance_rate"), "mechanisms.speculative_decoding.min_acceptance_rate", 0, 1, 0.5
+        ),
+        min_e2e_improvement=v.number(
+            sd.get("min_e2e_improvement"), "mechanisms.speculative_decoding.min_e2e_improvement", 0, 1, 0.02
+        ),
+        confidence=v.number(
+            sd.get("confidence"), "mechanisms.speculative_decoding.confidence", 0.5, 1, 0.95, open_high=True
+        ),
+    )
+    pc = v.mapping(
+        raw.get("prefix_cache") or {}, "mechanisms.prefix_cache", {"min_hit_rate", "min_ttft_improvement", "confidence"}
+    )
+    prefix = PrefixCacheRule(
+        min_hit_rate=v.number(pc.get("min_hit_rate"), "mechanisms.prefix_cache.min_hit_rate", 0, 1, 0.3),
+        min_ttft_improvement=v.number(
+            pc.get("min_ttft_improvement"), "mechanisms.prefix_cache.min_ttft_improvement", 0, 1, 0.1
+        ),
+        confidence=v.number(pc.get("confidence"), "mechanisms.prefix_cache.confidence", 0.5, 1, 0.95, open_high=True),
+    )
+    quantization = {}
+    for mechanism in QUANTIZATION_MECHANISMS:
+        path = f"mechanisms.{mechanism}"
+        q = v.mapping(raw.get(mechanism) or {}, path, {"critical_tasks"})
+        names = q.get("critical_tasks") or []
+        if not isinstance(names, list):
+            v.error(f"{path}.critical_tasks", "must be a list of task types")
+            names = []
+        for index, name in enumerate(names):
+            if not isinstance(name, str):
+                v.error(f"{path}.critical_tasks[{index}]", f"must be a task type name, got {type(name).__name__}")
+            elif name not in tasks:
+                v.error(f"{path}.critical_tasks[{index}]", f"unknown task type {name!r} (not under tasks)")
+        quantization[mechanism] = QuantizationRule(tuple(str(name) for name in names))
+    return speculative, prefix, quantization
+
+
+def _bottlenecks(v: _Validator, raw: Any) -> dict[str, BottleneckRule]:
+    raw = v.mapping(raw or {}, "bottlenecks", set(BOTTLENECKS))
+    rules = {}
+    for name, item in raw.items():
+        path = f"bottlenecks.{name}"
+        item = v.mapping(item, path, {"metrics", "min_improvement", "confidence"}, {"metrics"})
+        metrics = item.get("metrics")
+        if not isinstance(metrics, list) or not metrics:
+            if "metrics" in item:
+                v.error(f"{path}.metrics", "must be a non-empty list of metrics")
+            continue
+        names = tuple(m for i, m in enumerate(metrics) if v.metric_name(m, f"{path}.metrics[{i}]"))
+        rules[name] = BottleneckRule(
+            bottleneck=name,
+            metrics=names,
+            min_improvement=v.number(item.get("min_improvement"), f"{path}.min_improvement", 0, 1, 0.05),
+            confidence=v.number(item.get("confidence"), f"{path}.confidence", 0.5, 1, 0.95, open_high=True),
+        )
+    return rules
+
+
+def policy_from_dict(document: Any, source: str | None = None) -> Policy:
+    """Validate a parsed policy document; raise :class:`PolicyError` listing every problem."""
+    v = _Validator()
+    try:
+        return _policy(v, document, source)
+    except _TooManyErrors:
+        raise PolicyError([*v.errors, ("", f"more problems not shown; fix these {len(v.errors)} first")]) from None
+
+
+def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
+    top = {"name", "version", "dry_run", "description", "tasks", "mechanisms", "bottlenecks", "measurement", "stats"}
+    raw = v.mapping(document, "", top, {"name", "version", "tasks"})
+    if not raw:
+        if not v.errors:
+            v.error("", "policy document is empty")
+        raise PolicyError(v.errors)
+    name = raw.get("name")
+    if not isinstance(name, str) or not POLICY_NAME.fullmatch(name):
+        v.error("name", "must be a lower-case name (letters, digits, - and _)")
+        name = "invalid"
+    version = v.integer(raw.get("version"), "version", 1, 1)
+    tasks: dict[str, TaskPolicy] = {}
+    tasks_raw = raw.get("tasks")
+    if not isinstance(tasks_raw, dict) or not tasks_raw:
+        v.error("tasks", "must be a non-empty mapping of task type to rules")
+        tasks_raw = {}
+    for task, task_raw in tasks_raw.items():
+        if not isinstance(task, str) or not TASK_NAME.fullmatch(task):
+            v.error(f"tasks.{task}", "task type must be a snake_case name")
+            continue
+        tasks[task] = _task_policy(v, task, task_raw, f"tasks.{task}")
+    speculative, prefix, quantization = _mechanisms(v, raw.get("mechanisms"), tasks)
+    measurement_raw = v.mapping(raw.get("measurement") or {}, "measurement", {"max_delivery_shift_ms"})
+    measurement = MeasurementRule(
+        max_delivery_shift_ms=v.number(
+            measurement_raw.get("max_delivery_shift_ms"), "measurement.max_delivery_shift_ms", 0, 60_000, 20.0
+        )
+    )
+    stats_raw = v.mapping(raw.get("stats") or {}, "stats", {"n_boot", "seed"})
+    policy = Policy(
+        name=name,
+        version=version,
+        dry_run=v.boolean(raw.get("dry_run"), "dry_run", False),
+        description=v.string(raw.get("description"), "description"),
+        tasks=tasks,
+        speculative_decoding=speculative,
+        prefix_cache=prefix,
+        quantization=quantization,
+        bottlenecks=_bottlenecks(v, raw.get("bottlenecks")),
+        measurement=measurement,
+        n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000, high=MAX_N_BOOT),
+        seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
+        source=source,
+    )
+    if v.errors:
+        raise PolicyError(v.errors)
+    return policy
+
+
+def validate_policy_text(text: str, source: str | None = None) -> Policy:
+    """Parse YAML (or JSON, a YAML subset) and validate it."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
+        raise PolicyError([("", f"not valid YAML at {where}: {getattr(exc, 'problem', exc)}")]) from exc
+    except RecursionError:
+        # PyYAML composes nested collections recursively; a policy is a few levels deep.
+        raise PolicyError([("", "not a policy: the YAML is nested too deeply")]) from None
+    return policy_from_dict(document, source=source)
+
+
+def load_policy(path_or_name: str | Path) -> Policy:
+    """Load a policy by file path, or by name from ``gates/policies/<name>.yaml``."""
+    path = Path(path_or_name)
+    if not path.suffix and not path.exists():
+        path = POLICY_DIR / f"{path_or_name}.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError([("", f"cannot read policy {str(path_or_name)!r}: {exc.strerror}")]) from exc
+    return validate_policy_text(text, source=str(path))
+
+
+def list_policies(directory: Path | None = None) -> list[Policy]:
+    """Every policy in ``directory`` (default ``gates/policies``), sorted by name and version.
+
+    An invalid file raises: a broken policy in the repository should stop the deploy, not vanish.
+    """
+    folder = directory or POLICY_DIR
+    policies = [load_policy(path) for path in sorted(folder.glob("*.yaml"))]
+    return sorted(policies, key=lambda p: (p.name, p.version))

@@ -1,0 +1,158 @@
+"""What a gate policy says, as frozen dataclasses: per task type the guardrails (non-inferiority with
+a margin), what may be traded, what must improve, the SLOs for goodput and the minimum samples; per
+mechanism and bottleneck the extra rules the source chapter asks for.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+POLICY_DIR = Path(__file__).resolve().parents[1] / "policies"
+
+MECHANISMS = ("speculative_decoding", "prefix_cache", "weight_quantization", "kv_cache_quantization")
+QUANTIZATION_MECHANISMS = ("weight_quantization", "kv_cache_quantization")
+BOTTLENECKS = ("queueing", "prefill", "decode", "kv_memory", "structured_output")
+TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
+POLICY_NAME = re.compile(r"[a-z][a-z0-9_-]*")
+# Enough to fix a document by; past it a (possibly alias-multiplied) document would only cost time.
+MAX_REPORTED_ERRORS = 100
+# Bootstrap resamples per metric: the default 2000 is plenty; each one costs time on every judgement.
+MAX_N_BOOT = 20_000
+
+
+class PolicyError(ValueError):
+    """A policy document is invalid or cannot be found; ``errors`` lists (path, problem) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{path}: {problem}" if path else problem for path, problem in errors))
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    """One metric of a task: a guardrail, a tradeable metric or an objective."""
+
+    metric: str
+    kind: str  # guardrail | tradeable | objective
+    label: str
+    confidence: float = 0.95
+    margin: float | None = None  # guardrails: absolute for rates/scores, relative for perf
+    min_improvement: float | None = None  # objectives: absolute for rates/scores, relative for perf
+    critical: bool = False
+
+
+@dataclass(frozen=True)
+class Slos:
+    """Per-request service-level objectives; a request meeting all of them counts toward goodput."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class MinSamples:
+    quality: int = 30
+    latency: int = 30
+
+
+@dataclass(frozen=True)
+class TaskPolicy:
+    task: str
+    description: str
+    guardrails: tuple[MetricRule, ...]
+    tradeable: tuple[MetricRule, ...]
+    objectives: tuple[MetricRule, ...]
+    slos: Slos
+    min_samples: MinSamples
+
+
+@dataclass(frozen=True)
+class SpeculativeDecodingRule:
+    """Drafts must be accepted often enough, and E2E P50 and P95 must both beat the baseline."""
+
+    min_acceptance_rate: float = 0.5
+    min_e2e_improvement: float = 0.02
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class PrefixCacheRule:
+    """The cache must hit, and TTFT on the shared-prefix workload must fall."""
+
+    min_hit_rate: float = 0.3
+    min_ttft_improvement: float = 0.1
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class QuantizationRule:
+    """Tasks whose quality guardrails become critical (veto) under this mechanism."""
+
+    critical_tasks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BottleneckRule:
+    """The ticket's targeted bottleneck: the first metric with evidence must move."""
+
+    bottleneck: str
+    metrics: tuple[str, ...]
+    min_improvement: float = 0.05
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class MeasurementRule:
+    """When two runs' client-side timings can be compared at all (see ``gates.judge.validity``).
+
+    The load client's TTFT is the engine's own TTFT plus delivery (HTTP, streaming, time the
+    client or the API server sat starved of CPU). If delivery differs between the runs by more
+    than ``max_delivery_shift_ms``, a latency difference may be the machine's, not the candidate's.
+    """
+
+    max_delivery_shift_ms: float = 20.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated, versioned gate policy."""
+
+    name: str
+    version: int
+    dry_run: bool
+    description: str
+    tasks: Mapping[str, TaskPolicy]
+    speculative_decoding: SpeculativeDecodingRule
+    prefix_cache: PrefixCacheRule
+    quantization: Mapping[str, QuantizationRule]
+    bottlenecks: Mapping[str, BottleneckRule]
+    measurement: MeasurementRule = field(default_factory=MeasurementRule)
+    n_boot: int = 2000
+    seed: int = 0
+    source: str | None = field(default=None, compare=False)
+
+    @property
+    def version_label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def task(self, task: str) -> TaskPolicy | None:
+        return self.tasks.get(task)
+
+    def critical_tasks_for(self, mechanisms: tuple[str, ...] | list[str]) -> frozenset[str]:
+        """Tasks whose quality guardrails veto, given the ticket's mechanisms."""
+        names: set[str] = set()
+        for mechanism in mechanisms:
+            rule = self.quantization.get(mechanism)
+            if rule:
+                names.update(rule.critical_tasks)
+        return frozenset(names)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version_label"] = self.version_label
+        return data

@@ -1,0 +1,69 @@
+"""Reading gate decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet, prefetch_related_objects
+
+from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, SignOff, TicketStatus
+from ledger.models import LedgerEntry
+from ledger.selectors import ledger_entries
+
+# Ledger kinds that record a gate outcome or a reviewer's decision on a ticket.
+DECISION_KINDS = (
+    "gate.decision",
+    "gate.sign_off",
+    "ticket.approved",
+    "ticket.restricted",
+    "ticket.rejected",
+    "ticket.needs_evidence",
+)
+
+
+def decision_current(*, ticket: ReleaseTicket) -> GateDecision | None:
+    """The ticket's current decision: its latest binding (not dry-run) one."""
+    return GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id").first()
+
+
+def decisions_awaiting_canary(*, limit: int = 20) -> list[GateDecision]:
+    """Signed approvals and restrictions whose ticket has not started its canary yet, newest first."""
+    return list(
+        GateDecision.objects.filter(
+            dry_run=False,
+            signed_verdict__in=[DecisionOutcome.APPROVE, DecisionOutcome.RESTRICT],
+            ticket__status__in=[TicketStatus.APPROVED, TicketStatus.RESTRICTED],
+        )
+        .select_related("ticket__baseline", "ticket__candidate")
+        .order_by("-signed_at")[:limit]
+    )
+
+
+def signed_route_changes(decision: GateDecision) -> list[dict[str, Any]]:
+    """What a signed decision will route: signed tasks to the candidate, the others stay on the baseline."""
+    ticket = decision.ticket
+    return [
+        {
+            "task": task,
+            "backend": ticket.candidate if task in decision.signed_tasks else ticket.baseline,
+            "moves": task in decision.signed_tasks,
+        }
+        for task in decision.proposed_routes
+    ]
+
+
+def decision_entries() -> QuerySet[LedgerEntry]:
+    """Ledger entries of gate outcomes and reviewers' decisions, newest first."""
+    return ledger_entries().filter(kind__in=DECISION_KINDS)
+
+
+def with_sign_offs(decision: GateDecision) -> GateDecision:
+    """Load the decision's sign-offs with their reviewers in one query, not one per sign-off."""
+    prefetch_related_objects([decision], Prefetch("sign_offs", queryset=SignOff.objects.select_related("reviewer")))
+    return decision
+
+
+def decisions_before(decision: GateDecision) -> list[dict[str, Any]]:
+    """The ticket's other decisions in brief, newest first."""
+    earlier = GateDecision.objects.filter(ticket_id=decision.ticket_id).exclude(pk=decision.pk).order_by("-id")
+    return [dict(row) for row in earlier.values("id", "outcome", "policy_version", "dry_run", "created_at")]

@@ -1,0 +1,77 @@
+"""The bridge from stored evaluation runs to the judge's inputs."""
+
+from __future__ import annotations
+
+from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
+from evaluators.selectors import request_latencies_ms
+from gates.judge.verdicts import RunTaskEvidence
+
+
+def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
+    """What ``run`` measured on ``task``, shaped for the judge.
+
+    Per-sample quality is keyed by sample id so the judge pairs baseline and candidate on the
+    same samples. A run that failed, or a task that errored, is reported as an error, never as
+    bad evidence.
+    """
+    if run.status != RunStatus.SUCCEEDED:
+        return RunTaskEvidence(run_id=str(run.pk), error=f"run #{run.pk} is {run.status}: {run.error}".strip(": "))
+    result = TaskResult.objects.filter(run=run, task=task).first()
+    if result is None:
+        return RunTaskEvidence(run_id=str(run.pk), error=f"run #{run.pk} has no result for {task}")
+    if result.error:
+        return RunTaskEvidence(run_id=str(run.pk), error=result.error)
+    samples = SampleRecord.objects.filter(run=run, task=task).values_list("sample_id", "passed", "score")
+    passed = {sample_id: ok for sample_id, ok, _ in samples}
+    scores = {sample_id: score for sample_id, _, score in samples}
+    records = list(result.requests or [])
+    itl = [float(v) * 1000.0 for r in records if r.get("error") is None for v in (r.get("itl_s") or [])]
+    engine = {k: float(v) for k, v in (result.engine_evidence or {}).items() if isinstance(v, int | float)}
+    return RunTaskEvidence(
+        run_id=str(run.pk),
+        passed=passed,
+        scores=scores,
+        ttft_ms=request_latencies_ms(records, "ttft_s"),
+        tpot_ms=request_latencies_ms(records, "tpot_s"),
+        itl_ms=itl,
+        e2e_ms=request_latencies_ms(records, "e2e_s"),
+        output_throughput=(result.performance or {}).get("output_token_throughput"),
+        engine=engine,
+    )
+
+
+# --- what the ticket page shows of two runs --------------------------------------------------------
+
+
+def task_results(run_ids: list[int], tasks: list[str]) -> dict[tuple[int, str], TaskResult]:
+    """The runs' per-task results, by (run id, task)."""
+    return {(r.run_id, r.task): r for r in TaskResult.objects.filter(run_id__in=run_ids, task__in=tasks)}
+
+
+def sample_filter_choices(run_ids: list[int]) -> tuple[list[str], list[str]]:
+    """The tasks the runs have samples of, and the failure reasons they recorded."""
+    samples = SampleRecord.objects.filter(run_id__in=run_ids)
+    tasks = sorted(set(samples.values_list("task", flat=True).distinct()))
+    failing = samples.filter(passed=False).exclude(failure_reason="")
+    reasons = sorted(set(failing.values_list("failure_reason", flat=True).distinct()))
+    return tasks, reasons
+
+
+def failing_sample_keys(run_ids: list[int], *, task: str, reason: str, only_run: int | None) -> list[tuple[str, str]]:
+    """(task, sample id) of every failed sample of the runs (or of ``only_run``), in order, once each."""
+    failing = SampleRecord.objects.filter(run_id__in=run_ids, passed=False)
+    if task:
+        failing = failing.filter(task=task)
+    if reason:
+        failing = failing.filter(failure_reason=reason)
+    if only_run is not None:
+        failing = failing.filter(run_id=only_run)
+    return list(dict.fromkeys(failing.order_by("task", "sample_id").values_list("task", "sample_id")))
+
+
+def sample_records(run_ids: list[int], keys: list[tuple[str, str]]) -> dict[tuple[str, str, int], SampleRecord]:
+    """The runs' records of the samples ``keys`` names, by (task, sample id, run id)."""
+    records = SampleRecord.objects.filter(
+        run_id__in=run_ids, task__in={t for t, _ in keys}, sample_id__in={s for _, s in keys}
+    )
+    return {(r.task, r.sample_id, r.run_id): r for r in records}

@@ -1,0 +1,99 @@
+"""The gate's binding verdict on a backend, as rollout tools and deployment checks ask for it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from backends.selectors import backend_get
+from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
+from gates.selectors.decisions import decision_current
+
+# Verdicts beyond the decision outcomes, for states where nothing binding exists yet.
+UNKNOWN = "unknown"  # no such backend
+UNGATED = "ungated"  # a backend no ticket has proposed as a candidate
+PENDING = "pending"  # evaluating, or judged but not yet signed
+ROLLED_BACK = "rolled_back"
+RETIRED = "retired"
+
+
+@dataclass
+class BackendVerdict:
+    """Whether ``backend`` may serve ``route``, and why, in words and ids."""
+
+    backend: str
+    verdict: str
+    allowed: bool
+    route: str | None = None
+    tasks: list[str] = field(default_factory=list)
+    ticket: int | None = None
+    ticket_status: str | None = None
+    decision: int | None = None
+    proposed_outcome: str | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _route_task(route: str | None) -> str | None:
+    return route.partition("@")[0] if route else None
+
+
+def backend_verdict(*, backend_name: str, route: str | None = None) -> BackendVerdict:
+    """The gate's binding verdict on ``backend_name`` as a candidate (optionally for one route).
+
+    The latest ticket that proposed the backend as its candidate decides. ``approve`` allows every
+    route; ``restrict`` allows only the signed tasks (so without a route it does not allow); a
+    rollback or retirement withdraws the allowance whatever was signed before.
+    """
+    # PostgreSQL refuses to compare text holding a NUL character; no backend name has one.
+    backend = backend_get(name=backend_name) if "\x00" not in backend_name else None
+    if backend is None:
+        reason = f"OptGate has no backend named {backend_name!r}"
+        return BackendVerdict(backend_name, UNKNOWN, False, route, reason=reason)
+    ticket = ReleaseTicket.objects.filter(candidate=backend).exclude(status=TicketStatus.DRAFT).order_by("-id").first()
+    if ticket is None:
+        return BackendVerdict(
+            backend.name, UNGATED, False, route, reason=f"no submitted ticket proposes {backend.name} as a candidate"
+        )
+    decision: GateDecision | None = decision_current(ticket=ticket)
+    verdict = BackendVerdict(
+        backend.name,
+        PENDING,
+        False,
+        route,
+        ticket=ticket.pk,
+        ticket_status=ticket.status,
+        decision=decision.pk if decision else None,
+        proposed_outcome=decision.outcome if decision else None,
+    )
+    if ticket.status in (TicketStatus.ROLLED_BACK, TicketStatus.RETIRED):
+        verdict.verdict = ROLLED_BACK if ticket.status == TicketStatus.ROLLED_BACK else RETIRED
+        verdict.reason = f"ticket #{ticket.pk} is {ticket.status}"
+        return verdict
+    if decision is None:
+        verdict.reason = f"ticket #{ticket.pk} is {ticket.status}; no gate decision yet"
+        return verdict
+    if decision.outcome == DecisionOutcome.NEEDS_EVIDENCE and not decision.signed_verdict:
+        verdict.verdict = DecisionOutcome.NEEDS_EVIDENCE
+        verdict.reason = (decision.reasons or ["the evidence is inconclusive"])[0]
+        return verdict
+    if not decision.signed_verdict:
+        verdict.reason = f"the gate proposes {decision.outcome}; reviewers have not signed it yet"
+        return verdict
+    verdict.verdict = decision.signed_verdict
+    verdict.tasks = list(decision.signed_tasks)
+    task = _route_task(route)
+    if decision.signed_verdict == DecisionOutcome.APPROVE:
+        verdict.allowed = task is None or not verdict.tasks or task in verdict.tasks
+        verdict.reason = f"ticket #{ticket.pk} approved" + ("" if verdict.allowed else f", but not for {task}")
+    elif decision.signed_verdict == DecisionOutcome.RESTRICT:
+        verdict.allowed = task is not None and task in verdict.tasks
+        scope = ", ".join(verdict.tasks) or "no task"
+        verdict.reason = f"ticket #{ticket.pk} restricted to {scope}"
+        if task is not None:
+            verdict.reason += f"; {task} is {'in' if verdict.allowed else 'not in'} it"
+    else:
+        verdict.reason = f"ticket #{ticket.pk} rejected"
+    return verdict

@@ -1,0 +1,202 @@
+"""Gate decisions: judge a ticket's stored baseline and candidate runs under a policy, record the
+result and move the ticket.
+
+A binding decision moves an ``evaluating`` ticket to ``evaluated`` and, when the evidence is
+inconclusive (or a run failed), on to ``needs_evidence``. Approve, restrict and reject are left to
+the reviewers' sign-off (``gates.services.signoff``): the system proposes, people with the required
+capacities decide, and the owner never signs their own ticket. A dry-run policy records its
+decision for comparison but never moves anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from core.errors import DomainError, InvalidInput, NotAllowed
+from core.roles import ADMIN, Actor, has_role, person
+from evaluators.models import EvaluationRun
+from gates.judge import Decision, TaskEvidence, evaluate
+from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
+from gates.policy.parse import load_policy
+from gates.policy.rules import Policy, PolicyError
+from gates.prefix_cache import prefix_cache_findings
+from gates.selectors.decisions import decision_current
+from gates.selectors.evidence import run_task_evidence
+from gates.services.tickets import ticket_transition_within
+from ledger.services import ledger_append
+
+DECIDABLE_STATUSES = frozenset({TicketStatus.EVALUATING, TicketStatus.EVALUATED})
+
+
+def gate_policy(name: str | None = None) -> Policy:
+    """The named policy, or the one ``settings.OPTGATE_GATE_POLICY`` selects (default ``default``)."""
+    try:
+        return load_policy(name or settings.OPTGATE_GATE_POLICY)
+    except PolicyError as exc:
+        raise InvalidInput({"policy": str(exc)}) from None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A decision computed but not stored: what a dry run returns and what ``decision_make`` keeps."""
+
+    decision: Decision
+    warnings: tuple[dict[str, Any], ...]
+    baseline_run: EvaluationRun
+    candidate_run: EvaluationRun
+    seed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.decision.to_dict()
+        data["warnings"] = list(self.warnings)
+        data["baseline_run"] = self.baseline_run.pk
+        data["candidate_run"] = self.candidate_run.pk
+        data["seed"] = self.seed
+        return data
+
+
+def _runs_checked(ticket: ReleaseTicket) -> tuple[EvaluationRun, EvaluationRun]:
+    runs = {"baseline_run": ticket.baseline_run, "candidate_run": ticket.candidate_run}
+    backends = {"baseline_run": ticket.baseline_id, "candidate_run": ticket.candidate_id}
+    for field, run in runs.items():
+        side = field.removesuffix("_run")
+        if run is None:
+            raise DomainError(f"ticket #{ticket.pk} has no {side} run to judge")
+        if not run.is_finished:
+            raise DomainError(f"the {side} run #{run.pk} is still {run.status}; judge it when it has finished")
+        if run.backend_id != backends[field]:
+            raise DomainError(f"the {side} run #{run.pk} measured another backend than the ticket's {side}")
+    assert ticket.baseline_run is not None and ticket.candidate_run is not None
+    return ticket.baseline_run, ticket.candidate_run
+
+
+def decision_judge(*, ticket: ReleaseTicket, policy: Policy, seed: int | None = None) -> Judgement:
+    """Judge the ticket's stored runs under ``policy``; stores nothing and moves nothing.
+
+    A failed run or a task missing from a run reaches the judge as an error, which yields
+    ``needs_evidence``: an engine failure is never counted against the candidate.
+    """
+    baseline_run, candidate_run = _runs_checked(ticket)
+    beneficiary = [t.slug for t in ticket.beneficiary_tasks.all()]
+    risk = [t.slug for t in ticket.risk_tasks.all()]
+    evidence = [
+        TaskEvidence(task, run_task_evidence(baseline_run, task), run_task_evidence(candidate_run, task))
+        for task in dict.fromkeys(beneficiary + risk)
+    ]
+    used_seed = policy.seed if seed is None else seed
+    decision = evaluate(
+        policy,
+        evidence,
+        mechanisms=list(ticket.mechanisms),
+        bottleneck=ticket.bottleneck or None,
+        beneficiary_tasks=beneficiary,
+        risk_tasks=risk,
+        seed=used_seed,
+    )
+    warnings = tuple(prefix_cache_findings(ticket=ticket))
+    return Judgement(decision, warnings, baseline_run, candidate_run, used_seed)
+
+
+def _load(ticket_id: int, *, lock: bool = False) -> ReleaseTicket:
+    tickets = ReleaseTicket.objects.select_related(
+        "baseline", "candidate", "rollback_target", "owner", "baseline_run", "candidate_run"
+    )
+    if lock:
+        # Lock only the ticket row: PostgreSQL refuses FOR UPDATE on the nullable side of the run joins.
+        tickets = tickets.select_for_update(of=("self",))
+    return tickets.get(pk=ticket_id)
+
+
+def decision_make(
+    *, ticket: ReleaseTicket, actor: Actor = None, policy: Policy | None = None, seed: int | None = None
+) -> GateDecision:
+    """Judge the ticket's baseline and candidate runs, store a ``GateDecision`` and move the ticket.
+
+    ``evaluating`` → ``evaluated``; an inconclusive or errored judgement goes on to
+    ``needs_evidence``. A dry-run policy stores its decision flagged and moves nothing. Calling
+    again for the same runs and policy version on an already evaluated ticket returns the stored
+    decision, so a redelivered worker message is harmless.
+    """
+    if actor is not None and not has_role(actor, ADMIN):
+        raise NotAllowed("gate decisions are made by the system (or an admin re-judging)")
+    policy = policy or gate_policy()
+    current = _load(ticket.pk)
+    if not policy.dry_run:
+        if current.status not in DECIDABLE_STATUSES:
+            raise DomainError(f"ticket #{current.pk} is {current.status}; decisions are made while evaluating")
+        previous = decision_current(ticket=current)
+        if (
+            current.status == TicketStatus.EVALUATED
+            and previous is not None
+            and previous.policy_version == policy.version_label
+            and (previous.baseline_run_id, previous.candidate_run_id)
+            == (current.baseline_run_id, current.candidate_run_id)
+        ):
+            return previous
+    # The statistics run outside the transaction: bootstrap intervals take CPU time, and the
+    # ticket row is re-checked under lock below before anything is written.
+    judged = decision_judge(ticket=current, policy=policy, seed=seed)
+    decision = judged.decision
+    with transaction.atomic(durable=True):
+        locked = _load(ticket.pk, lock=True)
+        if (locked.status, locked.baseline_run_id, locked.candidate_run_id) != (
+            current.status,
+            current.baseline_run_id,
+            current.candidate_run_id,
+        ):
+            raise DomainError(f"ticket #{locked.pk} changed while it was being judged; judge it again")
+        reasons = list(decision.reasons) + [f"Warning: {w['message']}" for w in judged.warnings]
+        record = GateDecision.objects.create(
+            ticket=locked,
+            policy_version=decision.policy_version,
+            dry_run=decision.dry_run,
+            baseline_run=judged.baseline_run,
+            candidate_run=judged.candidate_run,
+            outcome=decision.outcome,
+            verdicts={task: verdict.to_dict() for task, verdict in decision.verdicts.items()},
+            reasons=reasons,
+            proposed_routes=dict(decision.proposed_routes),
+            allowed_tasks=list(decision.allowed_tasks),
+            samples_needed=dict(decision.samples_needed),
+            warnings=list(judged.warnings),
+            seed=judged.seed,
+            created_by=person(actor),
+        )
+        ledger_append(
+            kind="gate.decision",
+            subject_type="ticket",
+            subject_id=locked.pk,
+            subject_name=locked.title,
+            actor=actor,
+            payload={
+                "decision": record.pk,
+                "outcome": record.outcome,
+                "policy_version": record.policy_version,
+                "dry_run": record.dry_run,
+                "baseline_run": record.baseline_run_id,
+                "candidate_run": record.candidate_run_id,
+                "task_status": {task: v["status"] for task, v in record.verdicts.items()},
+                "proposed_routes": record.proposed_routes,
+                "reasons": record.reasons,
+                "warnings": record.warnings,
+            },
+        )
+        if record.dry_run:
+            return record
+        if locked.status == TicketStatus.EVALUATING:
+            ticket_transition_within(
+                ticket=locked, action="finish_evaluation", actor=actor, details={"decision": record.pk}
+            )
+        if record.outcome == DecisionOutcome.NEEDS_EVIDENCE:
+            ticket_transition_within(
+                ticket=locked,
+                action="request_evidence",
+                actor=actor,
+                reason=record.reasons[0],
+                details={"decision": record.pk, "samples_needed": record.samples_needed},
+            )
+    return record

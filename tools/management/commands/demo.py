@@ -1,0 +1,203 @@
+"""The main job on embedded defaults: everything a new user should see, measured for real.
+
+Migrates the SQLite database, creates the demo users, builds (or reuses) the tiny model kit,
+registers its serving configurations as backends, starts a GPU-queue worker, a default-queue
+worker, beat and the web server, files the three demo release tickets through the same services
+the UI and API use, and follows their evaluation on vLLM-on-CPU until each has a decision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from backends.models import Backend
+from evaluators.models import EvaluationRun, RunStatus
+from evaluators.processes import port_is_free
+from gates.models import ReleaseTicket, TicketStatus
+from ledger.selectors import ledger_verify
+from tools.demo.fleet import DEMO_PASSWORD, DEMO_USERS, demo_backends_register, demo_tickets_file, demo_users_create
+from tools.demo.processes import DemoProcesses
+
+SETTLED = {
+    TicketStatus.APPROVED,
+    TicketStatus.RESTRICTED,
+    TicketStatus.REJECTED,
+    TicketStatus.NEEDS_EVIDENCE,
+    TicketStatus.EVALUATED,
+}
+# However the demo is stopped, it stops what it started (tools.demo.processes).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class DemoStopped(Exception):
+    """A stop signal reached the demo."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Command(BaseCommand):
+    help = "Set up embedded defaults, start worker and web server, and evaluate the three demo tickets for real."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-serve", action="store_true", help="exit once every demo ticket has a decision")
+        parser.add_argument("--timeout", type=int, default=3600, help="seconds to wait for the decisions")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.processes = DemoProcesses()
+        self.stopping = False  # set once stopping began: a further signal only hurries it
+        self.hurry = False
+        logs = Path(settings.VAR_DIR) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        lock = self.claim(options["port"])
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+        stopped_by: DemoStopped | None = None
+        try:
+            self.step("migrating the database")
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("install_schedules", verbosity=0)
+            self.step("creating the demo users")
+            users = demo_users_create()
+            backends = demo_backends_register(self)
+            self.step("starting the GPU-queue worker, the default worker, beat and the web server")
+            self.processes.start(logs, options["port"])
+            self.measure_fleet_baseline(backends["kit-bf16"])
+            self.step("filing and submitting the three demo release tickets")
+            tickets = demo_tickets_file(users["erin"], backends, self)
+            self.print_welcome(options["port"], logs)
+            self.follow(tickets, options["timeout"])
+            self.print_decisions(tickets)
+            if not options["no_serve"]:
+                self.stdout.write(f"\nOpen http://127.0.0.1:{options['port']}/ — Ctrl-C stops everything.")
+                while not self.processes.any_stopped():
+                    time.sleep(2)
+                raise CommandError("a demo process stopped; see the logs in " + str(logs))
+        except DemoStopped as stop:
+            stopped_by = stop
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.stdout.write(f"\n{stop}: stopping everything the demo started …")
+        finally:
+            self.stopping = True
+            self.processes.stop(hurry=lambda: self.hurry)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            lock.close()
+        if stopped_by is not None:
+            raise SystemExit(128 + stopped_by.signum)
+
+    def claim(self, port: int) -> IO[str]:
+        """Refuse to start a second demo on this folder, or one whose port is taken, before anything starts.
+
+        Returns the lock file, held (``flock``) for as long as the demo runs; the kernel releases it
+        when the process ends, however it ends.
+        """
+        var = Path(settings.VAR_DIR)
+        handle = open(var / "demo.lock", "a+")  # noqa: SIM115 - held until the demo ends
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise CommandError(
+                f"another demo is already running from {var} (pid {holder}); stop it first "
+                f"(Ctrl-C in its terminal, or kill {holder})"
+            ) from None
+        if not port_is_free(port):
+            handle.close()
+            raise CommandError(
+                f"port {port} is already in use (another demo or web server?); stop it or pick a free one "
+                "with: python manage.py demo --port N"
+            )
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        return handle
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            self.hurry = True  # a second signal: no more grace, SIGKILL what is left
+            return
+        self.stopping = True
+        raise DemoStopped(signum)
+
+    def step(self, text: str) -> None:
+        self.stdout.write(self.style.MIGRATE_HEADING(f"==> {text}"))
+
+    def line(self, text: str) -> None:
+        self.stdout.write(text)
+
+    def measure_fleet_baseline(self, baseline: Backend) -> None:
+        """Queue one baseline run over every task type; each ticket's baseline then reuses it."""
+        from evaluators.services import run_request
+        from evaluators.suites import SUITES
+        from gates.services.evaluation import run_enqueue
+
+        profile = dict(settings.OPTGATE_LOAD_PROFILE)
+        run, _ = run_request(backend=baseline, tasks=list(SUITES), load_profile=profile)
+        if run.status == RunStatus.QUEUED:
+            # Also after an interrupted demo: a second message for a queued run is harmless (only one
+            # worker can claim it), a lost one would leave it waiting for the sweeper's deadline.
+            run_enqueue(run.pk)
+        self.stdout.write(f"    baseline {baseline.name} on all six task types: run #{run.pk} ({run.status})")
+
+    def print_welcome(self, port: int, logs: Path) -> None:
+        self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS(f"OptGate is running at http://127.0.0.1:{port}/"))
+        self.stdout.write(f"    API docs: http://127.0.0.1:{port}/api/docs/   logs: {logs}")
+        for username, _, _, what in DEMO_USERS:
+            self.stdout.write(f"    sign in as {username:<6} / {DEMO_PASSWORD}   ({what})")
+        self.stdout.write("")
+
+    def follow(self, tickets: list[ReleaseTicket], timeout: int) -> None:
+        self.step("evaluating on vLLM-on-CPU (live progress also on the dashboard)")
+        deadline = time.monotonic() + timeout
+        last: dict[int, str] = {}
+        while time.monotonic() < deadline:
+            states = []
+            for ticket in tickets:
+                ticket.refresh_from_db()
+                runs = [r for r in (ticket.baseline_run, ticket.candidate_run) if r is not None]
+                progress = ", ".join(
+                    f"{r.backend.name}: {r.status} {r.progress}% {r.phase}"
+                    for r in EvaluationRun.objects.filter(pk__in=[r.pk for r in runs]).select_related("backend")
+                )
+                line = f"#{ticket.pk} {ticket.status}" + (f" — {progress}" if progress else "")
+                if last.get(ticket.pk) != line:
+                    self.stdout.write("    " + line)
+                    last[ticket.pk] = line
+                states.append(ticket.status)
+            if all(state in SETTLED for state in states):
+                return
+            if self.processes.any_stopped():
+                raise CommandError("a worker or the web server stopped; see the logs under var/logs")
+            time.sleep(5)
+        raise CommandError(f"the demo tickets were not decided within {timeout} s")
+
+    def print_decisions(self, tickets: list[ReleaseTicket]) -> None:
+        from gates.models import GateDecision
+
+        self.step("decisions")
+        for ticket in tickets:
+            ticket.refresh_from_db()
+            decision = GateDecision.objects.filter(ticket=ticket).order_by("-created_at").first()
+            outcome = decision.outcome if decision else ticket.status
+            self.stdout.write(self.style.SUCCESS(f"#{ticket.pk} {ticket.title}: {outcome}"))
+            for reason in (decision.reasons if decision else [])[:6]:
+                self.stdout.write(f"    - {reason}")
+        report = ledger_verify()
+        self.stdout.write(f"ledger: {report.checked} entries, chain {'verified' if report.ok else 'BROKEN'}")
