@@ -18,12 +18,13 @@ test-fast: bootstrap
 
 ## kit: retrain the tiny model kit from scratch and say whether it matches the shipped one (kit/)
 kit: bootstrap
-	$(PY) -m evaluators.kit --rebuild
+	$(PY) -m tools.kit --rebuild
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
 
 bootstrap:
 	scripts/bootstrap.sh

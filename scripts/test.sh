@@ -26,6 +26,8 @@ if [ "${OPTGATE_STATIC_CHECKS:-1}" != "0" ]; then
   }
   timed "ruff" "${VENV:-.venv}/bin/ruff" check . || exit 1
   timed "mypy" "${VENV:-.venv}/bin/mypy" . || exit 1
+  # The layers run one way (docs/architecture.md): pyproject.toml's import contracts.
+  timed "import contracts" "${VENV:-.venv}/bin/lint-imports" --no-cache || exit 1
 fi
 # Browser tests drive Debian's Chromium; installed here (as root) when missing.
 timed "browser install" scripts/install-browser.sh || exit 1
