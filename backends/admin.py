@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from backends.models import Backend
-from ledger.admin import ReadOnlyAdmin
+from core.admin import ReadOnlyAdmin
 
 
 @admin.register(Backend)

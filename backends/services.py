@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 
 from backends.engine_args import EngineArgsError, ensure_model_allowed, validate_engine_args
 from backends.models import Backend
+from backends.vllm_check import validate_with_vllm_subprocess
 from core.canonical import canonical_json, json_problem
 from core.errors import DomainError, InvalidInput
 from core.roles import Actor, person
@@ -31,8 +32,6 @@ def _engine_args_checked(engine_args: dict[str, Any]) -> dict[str, Any]:
     # JSON-valued options (speculative_config, ...) may arrive as strings and only now be parsed.
     _require_storable("engine_args", normalised)
     if settings.OPTGATE_VALIDATE_WITH_VLLM:
-        from backends.vllm_check import validate_with_vllm_subprocess
-
         try:
             validate_with_vllm_subprocess(normalised)
         except EngineArgsError as exc:

@@ -40,7 +40,7 @@ class RunCancelled(Exception):
     """The run was cancelled while it executed (by request or by SIGTERM)."""
 
 
-def _reuse_key(backend: Backend, profile: dict[str, Any], hardware_class: str, attach: str) -> str:
+def run_reuse_key(backend: Backend, profile: dict[str, Any], hardware_class: str, attach: str) -> str:
     """What makes two runs' evidence interchangeable, apart from which tasks they cover."""
     return sha256_hex(
         canonical_json(
@@ -84,7 +84,7 @@ def run_request(
         raise InvalidInput({"tasks": str(exc)}) from None
     profile = {**pipeline.DEFAULT_LOAD_PROFILE, **(load_profile or {})}
     hardware_class = backend.hardware_class
-    key = _reuse_key(backend, profile, hardware_class, attach_base_url)
+    key = run_reuse_key(backend, profile, hardware_class, attach_base_url)
     with transaction.atomic(durable=True):
         if allow_reuse:
             candidates = (

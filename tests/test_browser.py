@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from core.queue import EVALUATE_TICKET
 from gates.models import ReleaseTicket, RouteTableVersion, TicketStatus
 from gates.services import decisions
 from gates.services import tickets as services
 from tests.factories import drop_passes, outcomes, store_run, task_spec
-from workers.tasks import evaluate_ticket
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -84,7 +84,9 @@ def test_an_engineer_files_a_reviewer_restricts_and_the_route_table_shows_it(
     url = live_server.url
     sent: list[int] = []
     # No worker in this test: the evaluation request is captured, and the set-up below plays the worker.
-    monkeypatch.setattr(evaluate_ticket, "delay", sent.append)
+    monkeypatch.setattr(
+        "core.queue.enqueue", lambda name, *args, task_id=None: sent.extend(args if name == EVALUATE_TICKET else [])
+    )
     engineer = sign_in(browser, url, "erin")
 
     # File the ticket through the form, starting from the batching preset.

@@ -17,15 +17,13 @@ from evaluators import pipeline
 from evaluators.imports.matching import check_bench_matches, check_lm_eval_matches
 from evaluators.imports.parsing import IMPORT_PHASE, LM_EVAL, VLLM_BENCH, parse_lm_eval, parse_vllm_bench
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
-from evaluators.services import samples_replace
+from evaluators.services import run_reuse_key, samples_replace
 from evaluators.suites import get_suite
 from ledger.services import ledger_append
 
 
 def _reuse_key(backend: Backend, profile: dict[str, Any]) -> str:
-    from evaluators.services import _reuse_key as native_reuse_key
-
-    return native_reuse_key(backend, profile, backend.hardware_class, "")
+    return run_reuse_key(backend, profile, backend.hardware_class, "")
 
 
 def run_open_for_import(

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from gates.judge.verdicts import MetricVerdict, TaskEvidence, TaskVerdict, judge_task
-
-if TYPE_CHECKING:
-    from gates.policy.rules import Policy
+from gates.policy.rules import Policy
 
 Outcome = Literal["approve", "restrict", "reject", "needs_evidence"]
 Route = Literal["candidate", "baseline"]

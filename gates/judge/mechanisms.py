@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gates.judge.metric_judge import has_evidence, judge_metric
 from gates.judge.records import MetricVerdict, TaskEvidence, unmeasured_verdict
 from gates.judge.rules import Rule, min_samples_for
 from gates.judge.wording import pct
 from gates.policy.metrics import metric_spec
-
-if TYPE_CHECKING:
-    from gates.policy.rules import Policy, TaskPolicy
+from gates.policy.rules import Policy, TaskPolicy
 
 
 def _floor_verdict(

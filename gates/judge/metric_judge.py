@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from gates.judge import stats
 from gates.judge.pairing import scalar
@@ -12,9 +11,7 @@ from gates.judge.quality import judge_pass_fail, judge_score
 from gates.judge.records import MetricVerdict, RunTaskEvidence, TaskEvidence
 from gates.judge.rules import Rule, metric_seed
 from gates.policy.metrics import MetricSpec, metric_spec
-
-if TYPE_CHECKING:
-    from gates.policy.rules import TaskPolicy
+from gates.policy.rules import TaskPolicy
 
 
 def has_evidence(spec: MetricSpec, ev: TaskEvidence) -> bool:

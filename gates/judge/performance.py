@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from gates.judge.pairing import pair_samples, sample_values
 from gates.judge.records import MetricVerdict, RunTaskEvidence, Samples, TaskEvidence
@@ -13,9 +12,7 @@ from gates.judge.resampling import bootstrap_diff, bootstrap_ratio
 from gates.judge.rules import Rule, classify, finish, finish_bootstrap, missing, rate_sentence, tail
 from gates.judge.wording import amount, rel_ci, signed
 from gates.policy.metrics import MetricSpec
-
-if TYPE_CHECKING:
-    from gates.policy.rules import TaskPolicy
+from gates.policy.rules import TaskPolicy
 
 
 def judge_ratio(

@@ -11,15 +11,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gates.judge import stats
 from gates.judge.records import Kind, MetricVerdict, unmeasured_verdict
 from gates.judge.wording import moved, pct, points_ci, signed, size
 from gates.policy.metrics import is_quality
-
-if TYPE_CHECKING:
-    from gates.policy.rules import TaskPolicy
+from gates.policy.rules import TaskPolicy
 
 
 @dataclass(frozen=True)

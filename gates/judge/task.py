@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from gates.judge.mechanisms import bottleneck_verdict, mechanism_verdicts
 from gates.judge.metric_judge import judge_metric
@@ -11,9 +10,7 @@ from gates.judge.records import Kind, MetricVerdict, Role, Status, TaskEvidence,
 from gates.judge.rules import Rule, min_samples_for
 from gates.judge.validity import judge_comparability
 from gates.policy.metrics import is_quality
-
-if TYPE_CHECKING:
-    from gates.policy.rules import MetricRule, Policy, TaskPolicy
+from gates.policy.rules import MetricRule, Policy, TaskPolicy
 
 
 def _policy_rules(
