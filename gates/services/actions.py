@@ -13,13 +13,10 @@ from typing import Any
 
 from core.errors import InvalidInput, NotAllowed
 from core.roles import ADMIN, Actor, has_role, person
-from gates.models import TRANSITIONS, ReleaseTicket, TicketStatus
-from gates.services.evaluation import evaluation_cancel, evaluation_request
+from gates.models import TRANSITIONS, ReleaseTicket
+from gates.services.evaluation import EVALUABLE, evaluation_cancel, evaluation_request
 from gates.services.routing import routes_promote, routes_rollback, routes_start_canary
 from gates.services.tickets import ACTION_ROLES, REASON_REQUIRED, SIGN_OFF_ACTIONS, ticket_transition
-
-# Statuses from which the owner (or an admin) may ask for an evaluation.
-EVALUABLE = (TicketStatus.SUBMITTED, TicketStatus.NEEDS_EVIDENCE)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ from gates.services.notifications import notify
 from gates.services.tickets import ticket_submit, ticket_transition
 from ledger.services import ledger_append
 
+# Statuses from which a ticket is evaluated: submitted, or evaluated again after needing evidence.
+EVALUABLE = (TicketStatus.SUBMITTED, TicketStatus.NEEDS_EVIDENCE)
+
 
 def ticket_tasks(ticket: ReleaseTicket) -> list[str]:
     """The task types a ticket is judged on: beneficiary tasks first, then risk tasks."""
@@ -72,7 +75,7 @@ def evaluation_request(*, ticket: ReleaseTicket, actor: Actor) -> ReleaseTicket:
     _require_owner_or_admin(ticket, actor, "evaluate")
     if ticket.status == TicketStatus.DRAFT:
         ticket = ticket_submit(ticket=ticket, actor=actor)
-    if ticket.status not in (TicketStatus.SUBMITTED, TicketStatus.NEEDS_EVIDENCE):
+    if ticket.status not in EVALUABLE:
         raise DomainError(f"ticket #{ticket.pk} is {ticket.status}; only submitted tickets are evaluated")
     ticket_id = ticket.pk
     with transaction.atomic():
@@ -103,7 +106,7 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
     ticket = ReleaseTicket.objects.filter(pk=ticket_id).first()
     if ticket is None:
         return None
-    if ticket.status in (TicketStatus.SUBMITTED, TicketStatus.NEEDS_EVIDENCE):
+    if ticket.status in EVALUABLE:
         try:
             ticket = ticket_transition(ticket=ticket, action="start_evaluation", actor=None)
         except IllegalTransition:
