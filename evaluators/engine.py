@@ -43,6 +43,8 @@ _NOISE_RE = re.compile(r"^\s*$|it/s\]|s/it\]|^\s*\d+%\|")
 # The line that names the real error: a Python exception line or a vLLM ERROR log line.
 _ERROR_LINE_RE = re.compile(r"(^|\s)([A-Za-z_][\w.]*(Error|Exception|Exit)|Traceback|CRITICAL|ERROR)\b")
 _EXCEPTION_RE = re.compile(r"(?:^|\)\s|\]\s)([A-Za-z_][\w.]*(?:Error|Exception)): ")
+# Exceptions that only report that another one happened earlier in the log.
+_WRAPPER_RE = re.compile(r"see root cause above|initialization failed|failed core proc", re.IGNORECASE)
 
 
 class EngineStartError(RuntimeError):
@@ -69,14 +71,16 @@ def read_log_tail(log_path: Path, n: int = 30) -> list[str]:
 
 
 def find_error_line(lines: list[str]) -> str | None:
-    """The most telling error line: the last ``SomethingError: msg`` line, else the last ERROR line."""
-    for index in range(len(lines) - 1, -1, -1):
-        if _EXCEPTION_RE.search(lines[index]):
-            # Some exceptions put their cause on indented lines below ("    TypeError: ...").
-            continuation = [
-                line.strip() for line in lines[index + 1 : index + 3] if line.startswith(" ") and line.strip()
-            ]
-            return " ".join([lines[index].strip(), *continuation])
+    """The root cause: the first ``SomethingError: msg`` line that does not merely point at another
+    one (vLLM ends a failed start with "Engine core initialization failed. See root cause above"),
+    else the last ERROR line."""
+    exceptions = [index for index, line in enumerate(lines) if _EXCEPTION_RE.search(line)]
+    causes = [index for index in exceptions if not _WRAPPER_RE.search(lines[index])]
+    if causes or exceptions:
+        index = (causes or exceptions)[0]
+        # Some exceptions put their cause on indented lines below ("    TypeError: ...").
+        continuation = [line.strip() for line in lines[index + 1 : index + 3] if line.startswith(" ") and line.strip()]
+        return " ".join([lines[index].strip(), *continuation])
     for line in reversed(lines):
         if _ERROR_LINE_RE.search(line):
             return line.strip()

@@ -20,6 +20,14 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+class RunErrorKind(models.TextChoices):
+    """Why a run ended in error: the engine's own configuration, or anything else (a retry may help)."""
+
+    NONE = "", "no error"
+    START_FAILED = "start_failed", "the engine could not start with this configuration on this hardware"
+    OTHER = "other", "the run broke (infrastructure, a dying engine, a timeout)"
+
+
 FINISHED_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.ERROR, RunStatus.CANCELLED})
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -52,6 +60,7 @@ class EvaluationRun(models.Model):
     phase = models.CharField(max_length=60, blank=True)
     progress = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
+    error_kind = models.CharField(max_length=20, choices=RunErrorKind.choices, blank=True, default=RunErrorKind.NONE)
     engine_evidence = models.JSONField(default=dict, blank=True)
     reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     deadline_at = models.DateTimeField(null=True, blank=True)

@@ -23,6 +23,8 @@ from evaluators.suites.lm_eval_task import write_task_folder
 logger = logging.getLogger(__name__)
 
 # 100 requests per task: the most latency samples the default policy asks of any task (cs_summary).
+# The failure reason of a sample whose request the engine refused (HTTP 400 and the like).
+REQUEST_REFUSED = "request_refused"
 DEFAULT_LOAD_PROFILE: dict[str, Any] = {"concurrency": 4, "requests_per_task": 100, "seed": 0, "quality_concurrency": 4}
 
 
@@ -59,18 +61,20 @@ def quality_phase(suite: Suite, *, base_url: str, model: str, concurrency: int, 
     import lm_eval
     from lm_eval.tasks import TaskManager
 
+    from evaluators.lm_eval_client import RefusalAwareChatCompletion, parse_refusal
+
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     task_name = write_task_folder(suite, workdir)
+    client = RefusalAwareChatCompletion(
+        model=model,
+        base_url=f"{base_url}/v1/chat/completions",
+        num_concurrent=concurrency,
+        max_retries=1,
+        tokenized_requests=False,
+    )
     results = lm_eval.simple_evaluate(
-        model="local-chat-completions",
-        model_args={
-            "model": model,
-            "base_url": f"{base_url}/v1/chat/completions",
-            "num_concurrent": concurrency,
-            "max_retries": 1,
-            "tokenized_requests": False,
-        },
+        model=client,
         tasks=[task_name],
         task_manager=TaskManager(include_path=str(workdir), include_defaults=False),
         apply_chat_template=True,
@@ -88,21 +92,25 @@ def quality_phase(suite: Suite, *, base_url: str, model: str, concurrency: int, 
         output = responses[0]
         while isinstance(output, list):  # lm-eval nests responses per request and per repeat
             output = output[0] if output else ""
-        output = str(output)
-        verdict = suite.score(sample, output)
-        outcomes.append(
-            SampleOutcome(
-                sample_id=sample["id"],
-                prompt=sample["prompt"],
-                target=str(sample.get("target", "")),
-                output=output,
-                passed=verdict.passed,
-                score=verdict.score,
-                failure_reason=verdict.failure_reason or "",
-                detail=verdict.detail,
-            )
-        )
+        outcomes.append(_scored(suite, sample, str(output), refusal=parse_refusal(str(output))))
     return sorted(outcomes, key=lambda o: o.sample_id)
+
+
+def _scored(suite: Suite, sample: dict[str, Any], output: str, *, refusal: str | None) -> SampleOutcome:
+    """One sample's outcome: the suite's verdict on the output, or a failure when the engine refused
+    the request (``refusal``: its own configuration said no, so the candidate fails this sample)."""
+    base = {"sample_id": sample["id"], "prompt": sample["prompt"], "target": str(sample.get("target", ""))}
+    if refusal is not None:
+        return SampleOutcome(**base, output="", passed=False, score=0.0, failure_reason=REQUEST_REFUSED, detail=refusal)
+    verdict = suite.score(sample, output)
+    return SampleOutcome(
+        **base,
+        output=output,
+        passed=verdict.passed,
+        score=verdict.score,
+        failure_reason=verdict.failure_reason or "",
+        detail=verdict.detail,
+    )
 
 
 def load_requests(suite: Suite, *, count: int, seed: int) -> tuple[list[str], list[LoadRequest]]:

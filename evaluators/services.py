@@ -26,7 +26,7 @@ from core.canonical import canonical_json, sha256_hex
 from core.errors import DomainError, InvalidInput
 from evaluators import pipeline
 from evaluators.engine import AttachedEngine, EngineHandle, EngineStartError, attach_engine, launch_engine
-from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, SampleRecord, TaskResult
+from evaluators.models import EvaluationAttempt, EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
 from evaluators.suites import get_suite
 from ledger.services import ledger_append
 
@@ -73,8 +73,9 @@ def run_request(
     """Ask for evidence on ``backend``; returns ``(run, reused)``.
 
     A run with the same backend fingerprint, engine version, hardware class and load profile
-    that covers every requested task on the same suite version, and that succeeded or is still
-    in flight, is reused instead of measuring again; runs whose ids are in ``exclude`` are not.
+    that covers every requested task on the same suite version, and that succeeded (no task
+    broken) or is still in flight, is reused instead of measuring again; runs whose ids are in
+    ``exclude`` are not.
     """
     if not tasks:
         raise InvalidInput({"tasks": "name at least one task type"})
@@ -91,6 +92,7 @@ def run_request(
                 EvaluationRun.objects.select_for_update()
                 .filter(reuse_key=key, status__in=[RunStatus.SUCCEEDED, RunStatus.QUEUED, RunStatus.RUNNING])
                 .exclude(pk__in=list(exclude))
+                .exclude(task_results__error__gt="")  # a task that broke is measured again
                 .order_by("-created_at")
             )
             # Prefer finished evidence over a run still in flight.
@@ -143,7 +145,7 @@ def _claim(run_id: int, worker: str) -> tuple[EvaluationRun, EvaluationAttempt] 
         if run.cancel_requested:
             run.move(RunStatus.CANCELLED, phase="cancelled before start")
             return None
-        run.move(RunStatus.RUNNING, phase="engine starting", progress=0, error="")
+        run.move(RunStatus.RUNNING, phase="engine starting", progress=0, error="", error_kind=RunErrorKind.NONE)
         number = run.attempts.count() + 1
         attempt = EvaluationAttempt.objects.create(run=run, number=number, worker=worker, phase="engine starting")
     return run, attempt
@@ -235,8 +237,11 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
     """Execute a queued run end to end and store its evidence; return the run as it ended.
 
     The engine is always torn down, whether the run succeeds, fails, times out or is cancelled.
-    An engine that dies or cannot start ends the run in ``error`` with the engine's last log
-    lines: an infrastructure problem is never counted as the candidate failing a task.
+    An engine that exits during start-up ends the run in ``error`` of kind ``start_failed`` with
+    the root cause from its log: that configuration cannot serve on this hardware. A task whose
+    evaluation breaks is stored with its error and the other tasks go on; an engine that dies
+    ends the run in ``error``. Requests the engine refuses are failed samples, not errors (see
+    :mod:`evaluators.pipeline`).
     """
     worker = worker or socket.gethostname()
     claimed = _claim(run_id, worker)
@@ -250,37 +255,27 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
 
     timings: dict[str, float] = {}
     started = time.monotonic()
-    status, error = RunStatus.SUCCEEDED, ""
+    status, error, kind = RunStatus.SUCCEEDED, "", RunErrorKind.NONE
     engine: EngineHandle | AttachedEngine | None = None
     try:
         with _sigterm_cancels():
-            engine = _open_engine(run, attempt)
+            try:
+                engine = _open_engine(run, attempt)
+            except EngineStartError as exc:
+                kind = RunErrorKind.START_FAILED if exc.exit_code is not None else RunErrorKind.OTHER
+                raise
             timings["engine_up_s"] = round(time.monotonic() - started, 3)
             _progress(run, "engine ready", ENGINE_SHARE)
-            share = (100 - ENGINE_SHARE) / len(run.tasks)
-            for k, slug in enumerate(run.tasks):
-                if cancelled():
-                    raise RunCancelled("cancel requested")
-                task_started = time.monotonic()
-
-                def on_phase(phase: str, k: int = k, slug: str = slug) -> None:
-                    offset = 0 if phase == "quality" else share / 2
-                    label = f"{phase} {slug} (task {k + 1} of {len(run.tasks)})"
-                    _progress(run, label, int(ENGINE_SHARE + k * share + offset))
-
-                outcome = pipeline.evaluate_task(
-                    slug, base_url=engine.base_url, model=engine.model, profile=run.load_profile, on_phase=on_phase
-                )
-                if not engine.is_alive():
-                    raise EngineStartError("the engine died during the run:\n" + "\n".join(engine.last_log_lines(30)))
-                _store_task(run, outcome)
-                timings[f"{slug}_s"] = round(time.monotonic() - task_started, 3)
+            failed_tasks = _execute_tasks(run, engine, cancelled, timings)
+            if failed_tasks == len(run.tasks):
+                status, kind = RunStatus.ERROR, RunErrorKind.OTHER
+                error = f"every task failed to evaluate: {_task_errors(run)}"
     except RunCancelled as exc:
-        status, error = RunStatus.CANCELLED, str(exc)
+        status, error, kind = RunStatus.CANCELLED, str(exc), RunErrorKind.NONE
     except EngineStartError as exc:
-        status, error = RunStatus.ERROR, str(exc)
+        status, error, kind = RunStatus.ERROR, str(exc), kind or RunErrorKind.OTHER
     except Exception as exc:  # any other failure ends the run in error, with its log tail
-        status, error = RunStatus.ERROR, f"{type(exc).__name__}: {exc}"
+        status, error, kind = RunStatus.ERROR, f"{type(exc).__name__}: {exc}", RunErrorKind.OTHER
         if engine is not None and not engine.is_alive():
             error = "the engine died during the run: " + error + "\n" + "\n".join(engine.last_log_lines(30))
         logger.exception("run %s failed", run.pk)
@@ -288,11 +283,67 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
         if engine is not None:
             engine.stop()
     timings["total_s"] = round(time.monotonic() - started, 3)
-    return _finish(run, attempt, status, error, timings)
+    return _finish(run, attempt, status, error, kind, timings)
+
+
+def _execute_tasks(
+    run: EvaluationRun, engine: EngineHandle | AttachedEngine, cancelled: Callable[[], bool], timings: dict[str, float]
+) -> int:
+    """Evaluate each task in turn and store it; returns how many tasks broke (each stored with its error).
+
+    A dead engine or a cancellation stops the whole run; anything else breaks only its own task.
+    """
+    share = (100 - ENGINE_SHARE) / len(run.tasks)
+    failed = 0
+    for k, slug in enumerate(run.tasks):
+        if cancelled():
+            raise RunCancelled("cancel requested")
+        task_started = time.monotonic()
+
+        def on_phase(phase: str, k: int = k, slug: str = slug) -> None:
+            offset = 0 if phase == "quality" else share / 2
+            label = f"{phase} {slug} (task {k + 1} of {len(run.tasks)})"
+            _progress(run, label, int(ENGINE_SHARE + k * share + offset))
+
+        try:
+            outcome = pipeline.evaluate_task(
+                slug, base_url=engine.base_url, model=engine.model, profile=run.load_profile, on_phase=on_phase
+            )
+        except (RunCancelled, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if not engine.is_alive():
+                raise
+            logger.exception("run %s: task %s failed", run.pk, slug)
+            _store_task_error(run, slug, f"{type(exc).__name__}: {exc}")
+            failed += 1
+            continue
+        if not engine.is_alive():
+            raise EngineStartError("the engine died during the run:\n" + "\n".join(engine.last_log_lines(30)))
+        _store_task(run, outcome)
+        timings[f"{slug}_s"] = round(time.monotonic() - task_started, 3)
+    return failed
+
+
+def _store_task_error(run: EvaluationRun, task: str, error: str) -> None:
+    with transaction.atomic():
+        TaskResult.objects.update_or_create(
+            run=run, task=task, defaults={"suite_version": run.suite_versions.get(task, ""), "error": error[-20000:]}
+        )
+        samples_replace(run=run, task=task, samples=[])
+
+
+def _task_errors(run: EvaluationRun) -> str:
+    return "; ".join(f"{t.task}: {t.error}" for t in run.task_results.exclude(error=""))
 
 
 def _finish(
-    run: EvaluationRun, attempt: EvaluationAttempt, status: str, error: str, timings: dict[str, float]
+    run: EvaluationRun,
+    attempt: EvaluationAttempt,
+    status: str,
+    error: str,
+    kind: str,
+    timings: dict[str, float],
 ) -> EvaluationRun:
     results = list(run.task_results.all())
     evidence = {t.task: t.engine_evidence for t in results}
@@ -302,7 +353,9 @@ def _finish(
             # The sweeper re-queued or failed this run meanwhile; its decision stands.
             return run
         progress = 100 if status == RunStatus.SUCCEEDED else run.progress
-        run.move(status, error=error[-20000:], phase=status, progress=progress, engine_evidence=evidence)
+        run.move(
+            status, error=error[-20000:], error_kind=kind, phase=status, progress=progress, engine_evidence=evidence
+        )
         EvaluationAttempt.objects.filter(pk=attempt.pk).update(
             status=status, error=error[-20000:], timings=timings, finished_at=timezone.now()
         )
@@ -318,7 +371,9 @@ def _finish(
                 "attempt": attempt.number,
                 "timings": timings,
                 "error": error[-2000:],
-                "quality": {t.task: t.quality for t in results},
+                "error_kind": kind,
+                "task_errors": {t.task: t.error[-500:] for t in results if t.error},
+                "quality": {t.task: t.quality for t in results if not t.error},
             },
         )
     return run

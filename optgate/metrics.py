@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from evaluators.models import FINISHED_STATUSES, EvaluationRun, RunStatus
-from gates.models import GateDecision, Notification, ReleaseTicket, TicketStatus
+from gates.models import DecisionOutcome, GateDecision, Notification, ReleaseTicket, TicketStatus
 
 # Evaluations take minutes to hours: buckets from 30 s to 4 h.
 DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
@@ -94,7 +94,7 @@ def collect_families() -> list[Family]:
             "optgate_gate_decisions",
             "counter",
             "Binding gate decisions stored, by outcome.",
-            [({"outcome": o}, float(decisions.get(o, 0))) for o in ("approve", "restrict", "reject", "needs_evidence")],
+            [({"outcome": o}, float(decisions.get(o, 0))) for o in DecisionOutcome.values],
         ),
     ]
     families.append(_duration_histogram())

@@ -20,6 +20,7 @@ EXIT_CODES: dict[str, int] = {
     "restrict": EXIT_RESTRICT,
     "reject": EXIT_REJECT,
     "needs_evidence": EXIT_INCONCLUSIVE,
+    "error": EXIT_ERROR,
 }
 
 EPILOG = """\
@@ -28,7 +29,8 @@ exit codes:
   10  restrict        the candidate may serve only some tasks (see the table)
   20  reject          a guardrail broke; the plan is not adopted
   30  inconclusive    needs evidence (too few samples, a failed run), or no decision yet
-  40  error           server unreachable, authentication failed, bad ticket file, timeout
+  40  error           an engine could not start (the cause is in the table), server
+                  unreachable, authentication failed, bad ticket file, timeout
    2  usage           bad command line, or no server URL / token
 
 environment:

@@ -110,7 +110,12 @@ def task_spec(
 
 
 def store_run(
-    backend: Backend, tasks: dict[str, dict[str, Any]], *, status: str = RunStatus.SUCCEEDED, error: str = ""
+    backend: Backend,
+    tasks: dict[str, dict[str, Any]],
+    *,
+    status: str = RunStatus.SUCCEEDED,
+    error: str = "",
+    error_kind: str = "",
 ) -> EvaluationRun:
     """A finished run of ``backend``: per task, requests whose latencies scale with ``speed``."""
     run = EvaluationRun.objects.create(
@@ -121,6 +126,7 @@ def store_run(
         reuse_key=uuid.uuid4().hex,
         status=status,
         error=error,
+        error_kind=error_kind,
     )
     for task, spec in tasks.items():
         rng = np.random.default_rng(spec["seed"])

@@ -22,7 +22,7 @@ from django.contrib.auth.models import User
 import optgate_cli.main as cli
 from accounts.services import api_token_issue
 from backends.models import Backend
-from evaluators.models import RunStatus
+from evaluators.models import RunErrorKind, RunStatus
 from gates.models import GateDecision, ReleaseTicket
 from gates.services import decisions, routing
 from tests.factories import backend_fields, evaluating_ticket, outcomes, scenario, store_run, task_spec, tasks
@@ -47,12 +47,25 @@ def run_cli(live_server: Any, erin: User) -> Callable[..., tuple[int, str]]:
     return run
 
 
+FP8_CAUSE = "NotImplementedError: FP8 KV cache on CPU needs AVX-512"
+
+
 def judged(outcome: str, owner: User, baseline: Backend, candidate: Backend) -> ReleaseTicket:
     """A ticket the real judge has decided (unsigned proposal)."""
-    if outcome == "needs_evidence":
+    if outcome in ("needs_evidence", "error"):
         good = outcomes(200, 0.9, 3)
         base = store_run(baseline, {"cs_summary": task_spec(good), "knowledge_qa": task_spec(good)})
-        crashed = store_run(candidate, {}, status=RunStatus.ERROR, error="engine did not become healthy")
+        crashed = (
+            store_run(candidate, {}, status=RunStatus.ERROR, error="engine did not become healthy")
+            if outcome == "needs_evidence"
+            else store_run(
+                candidate,
+                {},
+                status=RunStatus.ERROR,
+                error=f"engine exited with code 1 during start-up: {FP8_CAUSE}\n--- last 30 log lines ---",
+                error_kind=RunErrorKind.START_FAILED,
+            )
+        )
         ticket = evaluating_ticket(
             owner,
             baseline,
@@ -75,7 +88,7 @@ def judged(outcome: str, owner: User, baseline: Backend, candidate: Backend) -> 
 
 @pytest.mark.parametrize(
     ("outcome", "code"),
-    [("approve", 0), ("restrict", 10), ("reject", 20), ("needs_evidence", 30)],
+    [("approve", 0), ("restrict", 10), ("reject", 20), ("needs_evidence", 30), ("error", 40)],
 )
 def test_decision_exits_by_the_gates_outcome(
     run_cli: Any, erin: User, baseline: Backend, candidate: Backend, outcome: str, code: int
@@ -86,6 +99,8 @@ def test_decision_exits_by_the_gates_outcome(
     assert f"outcome: {outcome}" in output
     assert f"verdict: {outcome} → exit {code}" in output
     assert "not yet signed by reviewers" in output
+    if outcome == "error":
+        assert FP8_CAUSE in output  # the root cause, where the CI log shows it
 
 
 def test_the_decision_table_lists_each_task_with_its_verdict_and_reason(

@@ -289,6 +289,21 @@ def test_error_line_prefers_the_exception_over_later_noise() -> None:
     assert find_error_line(["all", "fine"]) is None
 
 
+def test_error_line_is_the_root_cause_not_the_wrapper_that_points_at_it() -> None:
+    # A failed vLLM start: the engine core's exception first, then the API server's wrapper.
+    lines = [
+        "(EngineCore_DP0 pid=9) ERROR 12-02 [core.py:866] EngineCore failed to start.",
+        "(EngineCore_DP0 pid=9) ERROR 12-02 [core.py:866] Traceback (most recent call last):",
+        "(EngineCore_DP0 pid=9) ERROR 12-02 [core.py:866] NotImplementedError: FP8 KV cache needs AVX-512",
+        "(APIServer pid=8) Traceback (most recent call last):",
+        "(APIServer pid=8) RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {}",
+    ]
+    assert find_error_line(lines) == lines[2]
+    # With only the wrapper in view, it is still better than nothing.
+    assert find_error_line(lines[3:]) == lines[4]
+
+
 # --- real vLLM on the CPU ------------------------------------------------------------------------
 
 

@@ -2,11 +2,14 @@
 
 Precedence, strongest first:
 
+0. **error** — an engine could not start with its configuration on this hardware: no sample can
+   be measured until the configuration changes, so more evidence would not settle anything;
 1. **reject** — a critical metric fails on any task (a veto), a beneficiary task breaks a
    guardrail, or a beneficiary task's promised benefit (objective, mechanism rule, targeted
    bottleneck) confidently fails to appear;
-2. **needs_evidence** — a run error, a missing task, or an inconclusive deciding metric on any
-   task (each of them could still change the outcome); a run error is never a failure;
+2. **needs_evidence** — a run error, a missing task, or an inconclusive deciding metric on a task
+   that does not already fail (each of them could still change the outcome); a run error is
+   never a failure;
 3. **restrict** — beneficiary tasks pass and some risk tasks fail: the candidate serves only the
    passing tasks, the failing ones stay on the baseline;
 4. **approve** — every task passes.
@@ -23,7 +26,7 @@ from typing import Any, Literal
 from gates.judge.verdicts import MetricVerdict, TaskEvidence, TaskVerdict, judge_task
 from gates.policy.rules import Policy
 
-Outcome = Literal["approve", "restrict", "reject", "needs_evidence"]
+Outcome = Literal["approve", "restrict", "reject", "needs_evidence", "error"]
 Route = Literal["candidate", "baseline"]
 
 
@@ -91,6 +94,8 @@ def _reject_reasons(verdict: TaskVerdict, beneficiary: bool) -> list[str]:
 
 
 def _evidence_reasons(verdict: TaskVerdict) -> list[str]:
+    if verdict.status == "fail":
+        return []  # no further sample can undo a failure, so its open questions do not matter
     if verdict.status == "error":
         return [f"{verdict.task}: {m.reason}" for m in verdict.metrics if m.status == "error"]
     undecided: list[MetricVerdict] = [m for m in verdict.metrics if m.deciding and m.status == "inconclusive"]
@@ -105,7 +110,7 @@ def decide(
     risk_tasks: Sequence[str],
     task_verdicts: Mapping[str, TaskVerdict] | Sequence[TaskVerdict],
 ) -> Decision:
-    """Combine per-task verdicts into approve / restrict / reject / needs_evidence.
+    """Combine per-task verdicts into approve / restrict / reject / needs_evidence, or error.
 
     A task named as both beneficiary and risk counts as beneficiary. Proposed routes send allowed
     tasks to the candidate and every other task to the baseline (no change for it).
@@ -117,6 +122,13 @@ def decide(
     tasks = beneficiaries + risks
     verdicts = _by_task(task_verdicts)
 
+    unstartable = [
+        metric.reason
+        for task in tasks
+        if task in verdicts and verdicts[task].cannot_start
+        for metric in verdicts[task].metrics
+        if metric.status == "error"
+    ]
     reject: list[str] = []
     evidence: list[str] = []
     samples: dict[str, int] = {}
@@ -134,7 +146,11 @@ def decide(
     passing = tuple(t for t in tasks if t in verdicts and verdicts[t].status == "pass")
     outcome: Outcome
     allowed: tuple[str, ...]
-    if reject:
+    if unstartable:
+        outcome, allowed = "error", ()
+        summary = f"Error under {policy.version_label}: an engine could not start, so nothing was measured."
+        reasons = [summary, *dict.fromkeys(unstartable)]
+    elif reject:
         outcome, allowed = "reject", ()
         summary = f"Reject under {policy.version_label}: {len(reject)} blocking finding(s)."
         reasons = [summary, *reject, *evidence]

@@ -18,6 +18,16 @@ Samples = Sequence[Any] | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
+class RequestTiming:
+    """One load request as goodput sees it: whether it succeeded, and its latencies in ms."""
+
+    ok: bool
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class RunTaskEvidence:
     """What one run (one backend) measured on one task type."""
 
@@ -31,11 +41,15 @@ class RunTaskEvidence:
     itl_ms: Samples = ()
     e2e_ms: Samples = ()
     queue_ms: Samples = ()
+    # Every load request, failed ones included (goodput counts them as misses).
+    requests: Sequence[RequestTiming] = ()
     # tokens/s: one measurement, or several (per repeat) for an interval.
     output_throughput: float | Sequence[float] | None = None
     # Engine counters: prefix_cache_hit_rate, spec_decode_acceptance_rate, preemptions, ...
     engine: Mapping[str, float] = field(default_factory=dict)
     error: str | None = None
+    # The engine exited while starting: its configuration cannot serve on this hardware.
+    start_failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,10 @@ class TaskEvidence:
     task: str
     base: RunTaskEvidence
     cand: RunTaskEvidence
+
+
+# The metric name of the verdict that says an engine could not start.
+ENGINE_START = "engine_start"
 
 
 @dataclass(frozen=True)
@@ -139,6 +157,11 @@ class TaskVerdict:
     @property
     def critical_failures(self) -> tuple[MetricVerdict, ...]:
         return tuple(m for m in self.metrics if m.critical and m.status == "fail")
+
+    @property
+    def cannot_start(self) -> bool:
+        """An engine of this task's comparison could not start: no sample can ever be measured."""
+        return any(m.metric == ENGINE_START and m.status == "error" for m in self.metrics)
 
     @property
     def samples_needed(self) -> int | None:

@@ -6,7 +6,16 @@ from collections.abc import Sequence
 
 from gates.judge.mechanisms import bottleneck_verdict, mechanism_verdicts
 from gates.judge.metric_judge import judge_metric
-from gates.judge.records import Kind, MetricVerdict, Role, Status, TaskEvidence, TaskVerdict, unmeasured_verdict
+from gates.judge.records import (
+    ENGINE_START,
+    Kind,
+    MetricVerdict,
+    Role,
+    Status,
+    TaskEvidence,
+    TaskVerdict,
+    unmeasured_verdict,
+)
 from gates.judge.rules import Rule, min_samples_for
 from gates.judge.validity import judge_comparability
 from gates.policy.metrics import is_quality
@@ -43,9 +52,9 @@ def _to_rule(rule: MetricRule, kind: Kind, critical: bool, note: str, task_polic
     )
 
 
-def _error_task(task: str, role: Role, reason: str, ev: TaskEvidence | None) -> TaskVerdict:
+def _error_task(task: str, role: Role, reason: str, ev: TaskEvidence | None, metric: str = "run") -> TaskVerdict:
     verdict = unmeasured_verdict(
-        task=task, metric="run", kind="guardrail", status="error", test="none (not judged)", reason=reason
+        task=task, metric=metric, kind="guardrail", status="error", test="none (not judged)", reason=reason
     )
     return TaskVerdict(
         task=task,
@@ -78,11 +87,13 @@ def judge_task(
     task_policy = policy.task(task)
     if task_policy is None:
         return _error_task(task, role, f"Policy {policy.version_label} has no rules for task {task!r}.", evidence)
-    errors = [
-        f"the {side} run failed ({run.error})"
-        for side, run in (("baseline", evidence.base), ("candidate", evidence.cand))
-        if run.error
-    ]
+    sides = (("baseline", evidence.base), ("candidate", evidence.cand))
+    start_failures = [(side, run) for side, run in sides if run.error and run.start_failed]
+    if start_failures:
+        side, run = start_failures[0]
+        reason = f"The {side} engine could not start with its configuration on this hardware: {run.error}"
+        return _error_task(task, role, reason, evidence, metric=ENGINE_START)
+    errors = [f"the {side} run failed ({run.error})" for side, run in sides if run.error]
     if errors:
         reason = f"{task} was not judged because {' and '.join(errors)}; a run error is not a verdict."
         return _error_task(task, role, reason[0].upper() + reason[1:], evidence)

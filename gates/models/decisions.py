@@ -13,6 +13,8 @@ class DecisionOutcome(models.TextChoices):
     RESTRICT = "restrict"
     REJECT = "reject"
     NEEDS_EVIDENCE = "needs_evidence"
+    # An engine could not start: nothing was measured and more evidence would not help.
+    ERROR = "error"
 
 
 class GateDecision(models.Model):

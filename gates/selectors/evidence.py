@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
+from typing import Any
+
+from evaluators.models import EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
 from evaluators.selectors import request_latencies_ms
+from gates.judge.records import RequestTiming
 from gates.judge.verdicts import RunTaskEvidence
 
 
@@ -14,6 +17,10 @@ def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
     same samples. A run that failed, or a task that errored, is reported as an error, never as
     bad evidence.
     """
+    if run.status == RunStatus.ERROR and run.error_kind == RunErrorKind.START_FAILED:
+        # The headline names the root cause; the log tail below it stays on the run's page.
+        headline = run.error.splitlines()[0] if run.error else "the engine exited during start-up"
+        return RunTaskEvidence(run_id=str(run.pk), error=headline, start_failed=True)
     if run.status != RunStatus.SUCCEEDED:
         return RunTaskEvidence(run_id=str(run.pk), error=f"run #{run.pk} is {run.status}: {run.error}".strip(": "))
     result = TaskResult.objects.filter(run=run, task=task).first()
@@ -35,9 +42,18 @@ def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
         tpot_ms=request_latencies_ms(records, "tpot_s"),
         itl_ms=itl,
         e2e_ms=request_latencies_ms(records, "e2e_s"),
+        requests=[_timing(r) for r in records],
         output_throughput=(result.performance or {}).get("output_token_throughput"),
         engine=engine,
     )
+
+
+def _timing(record: dict[str, Any]) -> RequestTiming:
+    def ms(key: str) -> float | None:
+        value = record.get(key)
+        return float(value) * 1000.0 if isinstance(value, int | float) else None
+
+    return RequestTiming(ok=record.get("error") is None, ttft_ms=ms("ttft_s"), tpot_ms=ms("tpot_s"), e2e_ms=ms("e2e_s"))
 
 
 # --- what the ticket page shows of two runs --------------------------------------------------------

@@ -75,8 +75,8 @@ def backend_verdict(*, backend_name: str, route: str | None = None) -> BackendVe
     if decision is None:
         verdict.reason = f"ticket #{ticket.pk} is {ticket.status}; no gate decision yet"
         return verdict
-    if decision.outcome == DecisionOutcome.NEEDS_EVIDENCE and not decision.signed_verdict:
-        verdict.verdict = DecisionOutcome.NEEDS_EVIDENCE
+    if decision.outcome in (DecisionOutcome.NEEDS_EVIDENCE, DecisionOutcome.ERROR) and not decision.signed_verdict:
+        verdict.verdict = decision.outcome
         verdict.reason = (decision.reasons or ["the evidence is inconclusive"])[0]
         return verdict
     if not decision.signed_verdict:

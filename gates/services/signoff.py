@@ -100,6 +100,8 @@ def _decision_tasks(decision: GateDecision) -> list[str]:
 
 
 def _is_override(decision: GateDecision, verdict: str, tasks: list[str]) -> bool:
+    if decision.outcome == DecisionOutcome.ERROR and verdict == SignOffVerdict.REJECT:
+        return False  # a candidate that cannot start is not adopted: rejecting it follows the gate
     if verdict != decision.outcome:
         return True
     return verdict == SignOffVerdict.RESTRICT and set(tasks) != set(decision.allowed_tasks)
@@ -273,6 +275,10 @@ def signoff_record(
             raise DomainError(f"ticket #{locked.pk} has no gate decision to sign off")
         if decision.signed_verdict:
             raise DomainError(f"decision #{decision.pk} is already signed: {decision.signed_verdict}")
+        if decision.outcome == DecisionOutcome.ERROR and verdict != SignOffVerdict.REJECT:
+            raise InvalidInput(
+                {"decision": "an engine could not start, so nothing was measured: the only sign-off is reject"}
+            )
         if decision.sign_offs.filter(reviewer=user).exists():
             raise DomainError(f"{user.get_username()} already signed decision #{decision.pk}")
         chosen_tasks = _tasks_for(decision, verdict, tasks)
