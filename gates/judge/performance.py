@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from gates.judge.pairing import pair_samples, sample_values
-from gates.judge.records import MetricVerdict, RunTaskEvidence, Samples, TaskEvidence
+from gates.judge.records import MetricVerdict, RequestTiming, RunTaskEvidence, Samples, TaskEvidence
 from gates.judge.resampling import bootstrap_diff, bootstrap_ratio
 from gates.judge.rules import Rule, classify, finish, finish_bootstrap, missing, rate_sentence, tail
 from gates.judge.wording import amount, rel_ci, signed
@@ -91,8 +91,17 @@ def judge_point(rule: Rule, task: str, base: float | None, cand: float | None, u
 
 
 def _slo_attainment(run: RunTaskEvidence, task_policy: TaskPolicy) -> list[float] | None:
-    """Per request: 1.0 when every SLO the task sets is met; None if requests cannot be aligned."""
+    """Per request: 1.0 when it succeeded and every SLO the task sets is met, else 0.0.
+
+    A request the engine refused or failed is a miss, as in vLLM's goodput; a one-token answer
+    has no TPOT and passes that bound. Evidence without per-request records falls back to the
+    latency lists of successful requests (None if they cannot be aligned).
+    """
     slos = task_policy.slos
+    bounds = {"ttft_ms": slos.ttft_ms, "tpot_ms": slos.tpot_ms, "e2e_ms": slos.e2e_ms}
+    limits = {key: float(limit) for key, limit in bounds.items() if limit is not None}
+    if run.requests and limits:
+        return [float(_meets(request, limits)) for request in run.requests]
     columns = [
         (sample_values(values), limit)
         for values, limit in ((run.ttft_ms, slos.ttft_ms), (run.tpot_ms, slos.tpot_ms), (run.e2e_ms, slos.e2e_ms))
@@ -101,6 +110,20 @@ def _slo_attainment(run: RunTaskEvidence, task_policy: TaskPolicy) -> list[float
     if not columns or len({len(values) for values, _ in columns}) != 1:
         return None
     return [float(all(values[i] <= limit for values, limit in columns)) for i in range(len(columns[0][0]))]
+
+
+def _meets(request: RequestTiming, limits: Mapping[str, float]) -> bool:
+    if not request.ok:
+        return False
+    for key, limit in limits.items():
+        value = getattr(request, key)
+        if value is None:
+            if key == "tpot_ms":
+                continue
+            return False
+        if value > limit:
+            return False
+    return True
 
 
 def judge_goodput(

@@ -1,0 +1,76 @@
+"""Performance guardrails on every task (policy version 3): goodput against the task's SLOs and
+P95/P99 latency may not regress beyond their margins, on risk tasks as much as beneficiary ones."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gates.judge.records import RequestTiming
+from gates.judge.verdicts import MetricVerdict, RunTaskEvidence, TaskEvidence, TaskVerdict, judge_task
+from gates.policy.parse import load_policy
+
+DEFAULT = load_policy("default")
+PERFORMANCE_GUARDRAILS = {"goodput", "ttft_p95", "e2e_p95", "e2e_p99"}
+
+
+def _lognormal(n: int, seed: int, median: float) -> list[float]:
+    return [float(x) for x in np.random.default_rng(seed).lognormal(np.log(median), 0.25, n)]
+
+
+def evidence(
+    n: int = 100, *, ttft: float = 300.0, tpot: float = 20.0, e2e: float = 2000.0, refused: int = 0, seed: int = 0
+) -> RunTaskEvidence:
+    """A run's load: ``n`` answered requests around the given medians (ms) and ``refused`` failures."""
+    ttft_ms, tpot_ms, e2e_ms = _lognormal(n, seed, ttft), _lognormal(n, seed + 1, tpot), _lognormal(n, seed + 2, e2e)
+    requests = [RequestTiming(True, a, b, c) for a, b, c in zip(ttft_ms, tpot_ms, e2e_ms, strict=True)]
+    requests += [RequestTiming(False)] * refused
+    return RunTaskEvidence(
+        run_id=f"r{seed}",
+        passed=[True] * 200,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        e2e_ms=e2e_ms,
+        requests=requests,
+        output_throughput=100.0,
+    )
+
+
+def metric(verdict: TaskVerdict, name: str) -> MetricVerdict:
+    return next(m for m in verdict.metrics if m.metric == name and m.source == "policy")
+
+
+def test_every_task_carries_goodput_and_tail_latency_guardrails() -> None:
+    for task in DEFAULT.tasks:
+        guarded = {rule.metric for rule in DEFAULT.task(task).guardrails}  # type: ignore[union-attr]
+        assert guarded >= PERFORMANCE_GUARDRAILS, task
+    assert DEFAULT.version_label == "default@3"
+
+
+def test_an_unchanged_risk_task_passes_its_performance_guardrails() -> None:
+    verdict = judge_task(DEFAULT, TaskEvidence("code_assistant", evidence(seed=1), evidence(seed=1)), role="risk")
+    for name in PERFORMANCE_GUARDRAILS:
+        assert metric(verdict, name).status == "pass" and metric(verdict, name).kind == "guardrail", name
+    assert verdict.status == "pass"
+
+
+def test_a_starved_risk_task_fails_its_guardrails_though_its_answers_are_the_same() -> None:
+    # max_num_seqs: 1 at concurrency 4: requests queue behind each other (TTFT ×4, E2E ×2).
+    base = evidence(seed=2)
+    starved = evidence(ttft=1200.0, e2e=4000.0, seed=3)
+    verdict = judge_task(DEFAULT, TaskEvidence("code_assistant", base, starved), role="risk")
+
+    assert metric(verdict, "pass_rate").status == "pass"
+    assert metric(verdict, "ttft_p95").status == "fail"
+    assert metric(verdict, "goodput").status == "fail"  # the 1,000 ms TTFT SLO is missed
+    assert verdict.status == "fail"
+    assert "goodput" in verdict.reason or "TTFT" in verdict.reason
+
+
+def test_refused_requests_are_goodput_misses() -> None:
+    base = evidence(seed=4)
+    refusing = evidence(n=70, refused=30, seed=4)
+    verdict = judge_task(DEFAULT, TaskEvidence("compliance_qa", base, refusing), role="risk")
+    goodput = metric(verdict, "goodput")
+    assert goodput.candidate is not None and goodput.candidate <= 0.70
+    assert goodput.baseline is not None and goodput.baseline > 0.95
+    assert goodput.status == "fail"
