@@ -193,10 +193,13 @@ def _kept_for_engine(name: str) -> bool:
 
 def engine_env(device: Literal["cpu", "gpu"], env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The subprocess environment: the machine's, less OptGate's configuration and anything named
-    like a secret; offline hub, CPU target and thread binding where relevant (the machine's own
-    settings win), caller overrides last."""
+    like a secret; offline hub, vLLM's dev routes, CPU target and thread binding where relevant
+    (the machine's own settings win), caller overrides last."""
     env = {name: value for name, value in os.environ.items() if _kept_for_engine(name)}
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    # vLLM's dev routes include POST /reset_prefix_cache, which lets each load block start from an
+    # empty prefix cache (evaluators.interleave). The engines OptGate starts listen on loopback only.
+    env.setdefault("VLLM_SERVER_DEV_MODE", "1")
     if device == "cpu":
         # Without VLLM_TARGET_DEVICE some code paths pick GPU kernels (illegal instruction).
         env["VLLM_TARGET_DEVICE"] = "cpu"

@@ -63,6 +63,10 @@ class EvaluationRun(models.Model):
     error_kind = models.CharField(max_length=20, choices=RunErrorKind.choices, blank=True, default=RunErrorKind.NONE)
     engine_evidence = models.JSONField(default=dict, blank=True)
     reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Interleaved pairs: a baseline and a candidate run measured together on one worker, in
+    # alternating blocks (``evaluators.interleave``); each names the other and its own side.
+    paired_run = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    pair_side = models.CharField(max_length=10, blank=True, help_text="baseline or candidate within its pair")
     deadline_at = models.DateTimeField(null=True, blank=True)
     queued_at = models.DateTimeField(default=timezone.now, help_text="when the run last became queued")
     sent_at = models.DateTimeField(

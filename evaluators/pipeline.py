@@ -10,11 +10,12 @@ import logging
 import os
 import random
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, scrape_metrics
+from evaluators.interleave import BASELINE, CANDIDATE, DEFAULT_BLOCKS, Endpoint, measure_interleaved
 from evaluators.loadgen import LoadRequest, run_load_sync
 from evaluators.suites import get_suite
 from evaluators.suites.base import Suite
@@ -198,3 +199,56 @@ def _scrape(base_url: str) -> MetricsSnapshot | None:
     except Exception as exc:  # any scrape failure means "no engine evidence"
         logger.warning("could not scrape %s/metrics: %s", base_url, exc)
         return None
+
+
+def evaluate_pair_task(
+    slug: str,
+    *,
+    baseline: Endpoint,
+    candidate: Endpoint,
+    profile: dict[str, Any],
+    baseline_samples: list[SampleOutcome] | None = None,
+    on_phase: Any = None,
+) -> tuple[TaskOutcome, TaskOutcome]:
+    """One task on both engines at once: quality on each (the baseline's deterministic greedy
+    outcomes may be passed in from a matching earlier run), then the load in interleaved blocks
+    (:mod:`evaluators.interleave`). Timing is always measured here, never reused."""
+    suite = get_suite(slug)
+    outcomes = {side: TaskOutcome(task=slug, suite_version=suite.version) for side in (BASELINE, CANDIDATE)}
+    endpoints = {BASELINE: baseline, CANDIDATE: candidate}
+    concurrency = int(profile["quality_concurrency"])
+    for side in (CANDIDATE, BASELINE):
+        if side == BASELINE and baseline_samples is not None:
+            outcomes[side].samples = [replace(sample, latency_ms=None) for sample in baseline_samples]
+            continue
+        if on_phase:
+            on_phase(f"quality ({side})")
+        with tempfile.TemporaryDirectory(prefix=f"optgate-{slug}-") as workdir:
+            outcomes[side].samples = quality_phase(
+                suite,
+                base_url=endpoints[side].base_url,
+                model=endpoints[side].model,
+                concurrency=concurrency,
+                workdir=Path(workdir),
+            )
+    for outcome in outcomes.values():
+        outcome.quality = quality_summary(outcome.samples)
+    if on_phase:
+        on_phase("load (interleaved)")
+    sample_ids, requests = load_requests(suite, count=int(profile["requests_per_task"]), seed=int(profile["seed"]))
+    load, indexes = measure_interleaved(
+        endpoints,
+        requests,
+        chunks=int(profile.get("blocks", DEFAULT_BLOCKS)),
+        concurrency=int(profile["concurrency"]),
+        seed=int(profile["seed"]),
+    )
+    for side, outcome in outcomes.items():
+        outcome.performance = load.summary(side)
+        outcome.requests = [{**r, "sample_id": sample_ids[r["index"]]} for r in load.records(side, indexes)]
+        outcome.engine_evidence = load.engine(side)
+        latency = {r["sample_id"]: r["e2e_s"] for r in outcome.requests if r.get("e2e_s") is not None}
+        for sample in outcome.samples:
+            if sample.sample_id in latency:
+                sample.latency_ms = latency[sample.sample_id] * 1000.0
+    return outcomes[BASELINE], outcomes[CANDIDATE]

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,6 +27,7 @@ from core.canonical import canonical_json, sha256_hex
 from core.errors import DomainError, InvalidInput
 from evaluators import pipeline
 from evaluators.engine import AttachedEngine, EngineHandle, EngineStartError, attach_engine, launch_engine
+from evaluators.interleave import BASELINE, CANDIDATE, Endpoint
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
 from evaluators.suites import get_suite
 from ledger.services import ledger_append
@@ -77,12 +79,7 @@ def run_request(
     broken) or is still in flight, is reused instead of measuring again; runs whose ids are in
     ``exclude`` are not.
     """
-    if not tasks:
-        raise InvalidInput({"tasks": "name at least one task type"})
-    try:
-        suite_versions = {slug: get_suite(slug).version for slug in tasks}
-    except ValueError as exc:
-        raise InvalidInput({"tasks": str(exc)}) from None
+    suite_versions = _suite_versions(tasks)
     profile = {**pipeline.DEFAULT_LOAD_PROFILE, **(load_profile or {})}
     hardware_class = backend.hardware_class
     key = run_reuse_key(backend, profile, hardware_class, attach_base_url)
@@ -93,6 +90,7 @@ def run_request(
                 .filter(reuse_key=key, status__in=[RunStatus.SUCCEEDED, RunStatus.QUEUED, RunStatus.RUNNING])
                 .exclude(pk__in=list(exclude))
                 .exclude(task_results__error__gt="")  # a task that broke is measured again
+                .filter(paired_run__isnull=True)  # an interleaved pair's timing belongs to its pair
                 .order_by("-created_at")
             )
             # Prefer finished evidence over a run still in flight.
@@ -101,34 +99,82 @@ def run_request(
             )
             if covering:
                 return covering[0], True
-        run = EvaluationRun.objects.create(
-            backend=backend,
-            tasks=list(tasks),
-            suite_versions=suite_versions,
-            engine_version=backend.engine_version,
-            hardware_class=hardware_class,
-            load_profile=profile,
-            reuse_key=key,
-            attach_base_url=attach_base_url,
-            attach_model=attach_model,
-            deadline_at=timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S),
-        )
-        ledger_append(
-            kind="evaluation.requested",
-            subject_type="run",
-            subject_id=run.pk,
-            subject_name=f"{backend.name} on {', '.join(tasks)}",
-            actor=None,
-            payload={
-                "backend": backend.name,
-                "fingerprint": backend.fingerprint,
-                "tasks": tasks,
-                "suite_versions": suite_versions,
-                "load_profile": profile,
-                "attach": attach_base_url,
-            },
+        run = _run_create(
+            backend, tasks, suite_versions, profile, attach_base_url=attach_base_url, attach_model=attach_model
         )
     return run, False
+
+
+def _suite_versions(tasks: list[str]) -> dict[str, str]:
+    if not tasks:
+        raise InvalidInput({"tasks": "name at least one task type"})
+    try:
+        return {slug: get_suite(slug).version for slug in tasks}
+    except ValueError as exc:
+        raise InvalidInput({"tasks": str(exc)}) from None
+
+
+def _run_create(
+    backend: Backend,
+    tasks: list[str],
+    suite_versions: dict[str, str],
+    profile: dict[str, Any],
+    *,
+    attach_base_url: str = "",
+    attach_model: str = "",
+    pair: dict[str, Any] | None = None,
+) -> EvaluationRun:
+    """Create a queued run and its ledger entry (inside the caller's transaction)."""
+    run = EvaluationRun.objects.create(
+        backend=backend,
+        tasks=list(tasks),
+        suite_versions=suite_versions,
+        engine_version=backend.engine_version,
+        hardware_class=backend.hardware_class,
+        load_profile=profile,
+        reuse_key=run_reuse_key(backend, profile, backend.hardware_class, attach_base_url),
+        attach_base_url=attach_base_url,
+        attach_model=attach_model,
+        deadline_at=timezone.now() + timedelta(seconds=settings.OPTGATE_RUN_TIMEOUT_S),
+        **(pair or {}),
+    )
+    ledger_append(
+        kind="evaluation.requested",
+        subject_type="run",
+        subject_id=run.pk,
+        subject_name=f"{backend.name} on {', '.join(tasks)}",
+        actor=None,
+        payload={
+            "backend": backend.name,
+            "fingerprint": backend.fingerprint,
+            "tasks": tasks,
+            "suite_versions": suite_versions,
+            "load_profile": profile,
+            "attach": attach_base_url,
+            **({"pair_side": pair["pair_side"], "paired_run": pair["paired_run"].pk} if pair else {}),
+        },
+    )
+    return run
+
+
+def pair_request(
+    *, baseline: Backend, candidate: Backend, tasks: list[str], load_profile: dict[str, Any] | None = None
+) -> tuple[EvaluationRun, EvaluationRun]:
+    """Ask for a baseline and a candidate run measured together, interleaved, on one worker.
+
+    Both runs are new (timing is never reused); the candidate's run carries the pair's message, a
+    message for either run executes both (:func:`pair_execute`).
+    """
+    suite_versions = _suite_versions(tasks)
+    profile = {**pipeline.DEFAULT_LOAD_PROFILE, **(load_profile or {})}
+    with transaction.atomic(durable=True):
+        cand_run = _run_create(candidate, tasks, suite_versions, profile)
+        base_run = _run_create(
+            baseline, tasks, suite_versions, profile, pair={"paired_run": cand_run, "pair_side": BASELINE}
+        )
+        EvaluationRun.objects.filter(pk=cand_run.pk).update(paired_run=base_run, pair_side=CANDIDATE)
+        cand_run.refresh_from_db()
+    return base_run, cand_run
 
 
 def _progress(run: EvaluationRun, phase: str, progress: int) -> None:
@@ -244,6 +290,9 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
     :mod:`evaluators.pipeline`).
     """
     worker = worker or socket.gethostname()
+    if EvaluationRun.objects.filter(pk=run_id, paired_run__isnull=False).exists():
+        pair_execute(run_id=run_id, worker=worker, cancel_check=cancel_check)
+        return EvaluationRun.objects.get(pk=run_id)
     claimed = _claim(run_id, worker)
     if claimed is None:
         return EvaluationRun.objects.get(pk=run_id)
@@ -284,6 +333,201 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
             engine.stop()
     timings["total_s"] = round(time.monotonic() - started, 3)
     return _finish(run, attempt, status, error, kind, timings)
+
+
+def _claim_pair(run_id: int, worker: str) -> dict[str, tuple[EvaluationRun, EvaluationAttempt]] | None:
+    """Move both runs of a pair from queued to running, each with an attempt; None when the pair
+    is not entirely queued (another worker has it, or it finished)."""
+    with transaction.atomic(durable=True):
+        first = EvaluationRun.objects.filter(pk=run_id).values_list("paired_run_id", flat=True).first()
+        runs = list(EvaluationRun.objects.select_for_update().filter(pk__in=[run_id, first]).order_by("pk"))
+        if len(runs) != 2 or any(run.status != RunStatus.QUEUED for run in runs):
+            return None
+        if any(run.cancel_requested for run in runs):
+            for run in runs:
+                run.move(RunStatus.CANCELLED, phase="cancelled before start")
+            return None
+        claimed = {}
+        for run in runs:
+            run.move(RunStatus.RUNNING, phase="engines starting", progress=0, error="", error_kind=RunErrorKind.NONE)
+            number = run.attempts.count() + 1
+            attempt = EvaluationAttempt.objects.create(run=run, number=number, worker=worker, phase="engines starting")
+            claimed[run.pair_side] = (run, attempt)
+    return claimed
+
+
+class PairStartError(Exception):
+    """One or both engines of a pair could not start: the error of each side that failed."""
+
+    def __init__(self, errors: dict[str, EngineStartError]) -> None:
+        super().__init__("; ".join(f"{side}: {error}" for side, error in errors.items()))
+        self.errors = errors
+
+
+def _open_pair(claimed: dict[str, tuple[EvaluationRun, EvaluationAttempt]]) -> dict[str, EngineHandle | AttachedEngine]:
+    """Start both engines at once (start-up dominates on small machines); if either fails, stop the other."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-start") as pool:
+        futures = {side: pool.submit(_open_engine, run, attempt) for side, (run, attempt) in claimed.items()}
+        engines: dict[str, EngineHandle | AttachedEngine] = {}
+        errors: dict[str, EngineStartError] = {}
+        failure: BaseException | None = None
+        for side, future in futures.items():
+            try:
+                engines[side] = future.result()
+            except EngineStartError as exc:
+                errors[side] = exc
+            except BaseException as exc:  # cancellation, attach errors: stop what started, then re-raise
+                failure = failure or exc
+    if errors or failure is not None:
+        for engine in engines.values():
+            engine.stop()
+        if failure is not None:
+            raise failure
+        raise PairStartError(errors)
+    return engines
+
+
+def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bool] | None = None) -> None:
+    """Execute an interleaved pair (either run's id): both engines up, per task the quality of each
+    (the baseline's reused from a matching earlier run when there is one) and the load in
+    alternating blocks; store both runs' evidence and finish both. Engines always stop.
+    """
+    worker = worker or socket.gethostname()
+    claimed = _claim_pair(run_id, worker)
+    if claimed is None:
+        return
+    runs = {side: run for side, (run, _) in claimed.items()}
+
+    def cancelled() -> bool:
+        requested = EvaluationRun.objects.filter(pk__in=[r.pk for r in runs.values()], cancel_requested=True).exists()
+        return requested or bool(cancel_check and cancel_check())
+
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    outcome: dict[str, tuple[str, str, str]] = {side: (RunStatus.SUCCEEDED, "", "") for side in runs}
+    engines: dict[str, EngineHandle | AttachedEngine] = {}
+    try:
+        with _sigterm_cancels():
+            engines = _open_pair(claimed)
+            timings["engines_up_s"] = round(time.monotonic() - started, 3)
+            for run in runs.values():
+                _progress(run, "engines ready", ENGINE_SHARE)
+            failed = _execute_pair_tasks(runs, engines, cancelled, timings)
+            if failed == len(runs[CANDIDATE].tasks):
+                for side, run in runs.items():
+                    why = f"every task failed to evaluate: {_task_errors(run)}"
+                    outcome[side] = (RunStatus.ERROR, why, RunErrorKind.OTHER)
+    except RunCancelled as exc:
+        outcome = {side: (RunStatus.CANCELLED, str(exc), RunErrorKind.NONE) for side in runs}
+    except PairStartError as exc:
+        for side in runs:
+            start_error = exc.errors.get(side)
+            if start_error is not None:
+                kind = RunErrorKind.START_FAILED if start_error.exit_code is not None else RunErrorKind.OTHER
+                outcome[side] = (RunStatus.ERROR, str(start_error), kind)
+            else:
+                why = f"not measured: the {next(iter(exc.errors))} engine of its pair could not start"
+                outcome[side] = (RunStatus.ERROR, why, RunErrorKind.OTHER)
+    except Exception as exc:  # a dead engine or anything else ends both runs in error
+        message = f"{type(exc).__name__}: {exc}"
+        dead = [side for side, engine in engines.items() if not engine.is_alive()]
+        for side in dead:
+            message += f"\nthe {side} engine died:\n" + "\n".join(engines[side].last_log_lines(30))
+        outcome = {side: (RunStatus.ERROR, message, RunErrorKind.OTHER) for side in runs}
+        logger.exception("pair %s failed", [r.pk for r in runs.values()])
+    finally:
+        for engine in engines.values():
+            engine.stop()
+    timings["total_s"] = round(time.monotonic() - started, 3)
+    for side, (run, attempt) in claimed.items():
+        status, message, error_kind = outcome[side]
+        _finish(run, attempt, status, message, error_kind, timings)
+
+
+def _reusable_quality(run: EvaluationRun, task: str) -> tuple[int, list[pipeline.SampleOutcome]] | None:
+    """Per-sample quality of ``task`` from the newest succeeded run of the same backend fingerprint,
+    engine version, hardware and profile on the same suite version: greedy decoding makes those
+    outcomes deterministic, so they are reused; timing never is."""
+    source = (
+        TaskResult.objects.filter(
+            run__reuse_key=run.reuse_key,
+            run__status=RunStatus.SUCCEEDED,
+            task=task,
+            suite_version=run.suite_versions.get(task, ""),
+            error="",
+        )
+        .exclude(run=run)
+        .order_by("-run__finished_at", "-run_id")
+        .first()
+    )
+    if source is None:
+        return None
+    records = SampleRecord.objects.filter(run_id=source.run_id, task=task).order_by("sample_id")
+    samples = [
+        pipeline.SampleOutcome(
+            sample_id=r.sample_id,
+            prompt=r.prompt,
+            target=r.target,
+            output=r.output,
+            passed=r.passed,
+            score=r.score,
+            failure_reason=r.failure_reason,
+            detail=r.detail,
+        )
+        for r in records
+    ]
+    return (source.run_id, samples) if samples else None
+
+
+def _execute_pair_tasks(
+    runs: dict[str, EvaluationRun],
+    engines: dict[str, EngineHandle | AttachedEngine],
+    cancelled: Callable[[], bool],
+    timings: dict[str, float],
+) -> int:
+    """Each task on both engines; returns how many tasks broke (stored with their error on both runs)."""
+    tasks = runs[CANDIDATE].tasks
+    share = (100 - ENGINE_SHARE) / len(tasks)
+    endpoints = {side: Endpoint(engine.base_url, engine.model) for side, engine in engines.items()}
+    failed = 0
+    for k, slug in enumerate(tasks):
+        if cancelled():
+            raise RunCancelled("cancel requested")
+        task_started = time.monotonic()
+        reused = _reusable_quality(runs[BASELINE], slug)
+
+        def on_phase(phase: str, k: int = k, slug: str = slug) -> None:
+            offset = share / 2 if phase.startswith("load") else 0
+            for run in runs.values():
+                _progress(run, f"{phase} {slug} (task {k + 1} of {len(tasks)})", int(ENGINE_SHARE + k * share + offset))
+
+        try:
+            base, cand = pipeline.evaluate_pair_task(
+                slug,
+                baseline=endpoints[BASELINE],
+                candidate=endpoints[CANDIDATE],
+                profile=runs[CANDIDATE].load_profile,
+                baseline_samples=reused[1] if reused else None,
+                on_phase=on_phase,
+            )
+        except (RunCancelled, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if not all(engine.is_alive() for engine in engines.values()):
+                raise
+            logger.exception("pair task %s failed", slug)
+            for run in runs.values():
+                _store_task_error(run, slug, f"{type(exc).__name__}: {exc}")
+            failed += 1
+            continue
+        if not all(engine.is_alive() for engine in engines.values()):
+            raise RuntimeError(f"an engine died while {slug} was measured")
+        if reused:
+            base.quality["reused_from_run"] = reused[0]
+        _store_task(runs[BASELINE], base)
+        _store_task(runs[CANDIDATE], cand)
+        timings[f"{slug}_s"] = round(time.monotonic() - task_started, 3)
+    return failed
 
 
 def _execute_tasks(

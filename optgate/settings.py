@@ -247,6 +247,9 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "optgate@localhost")
 
 # Workers: orchestration, schedules and notifications.
 OPTGATE_LOAD_PROFILE = env_json_object("OPTGATE_LOAD_PROFILE", {})
+# Measure a ticket's baseline and candidate together on one worker, in alternating load blocks
+# (evaluators.interleave); off: two runs one after the other, the baseline's reusable.
+OPTGATE_INTERLEAVED = env_bool("OPTGATE_INTERLEAVED", True)
 OPTGATE_RUN_MAX_ATTEMPTS = env_int("OPTGATE_RUN_MAX_ATTEMPTS", 3, minimum=1)
 OPTGATE_REVIEW_INTERVAL_DAYS = env_int("OPTGATE_REVIEW_INTERVAL_DAYS", 91, minimum=1)
 OPTGATE_REVIEW_REMINDER_HOURS = env_int("OPTGATE_REVIEW_REMINDER_HOURS", 72, minimum=1)

@@ -49,12 +49,22 @@ class DemoEvidence:
             db.row_factory = sqlite3.Row
             return db.execute(sql, params).fetchall()
 
-    def run(self, backend: str) -> dict[str, Any]:
-        """The backend's finished run: id, status and load profile."""
+    def run(self, backend: str, task: str | None = None) -> dict[str, Any]:
+        """The backend's newest run (that measured ``task``, when given): id, status and load profile.
+
+        The baseline has several: the fleet run over every task, then one per ticket, measured
+        interleaved with that ticket's candidate; by task, the pair's own run comes first.
+        """
         rows = self.query(
             "SELECT r.id, r.status, r.load_profile FROM evaluators_evaluationrun r"
-            " JOIN ledger_backend b ON r.backend_id = b.id WHERE b.name = ? ORDER BY r.id DESC",
-            backend,
+            " JOIN ledger_backend b ON r.backend_id = b.id WHERE b.name = ?"
+            + (
+                " AND EXISTS (SELECT 1 FROM evaluators_taskresult t WHERE t.run_id = r.id AND t.task = ?)"
+                if task
+                else ""
+            )
+            + " ORDER BY r.id DESC",
+            *((backend, task) if task else (backend,)),
         )
         assert rows, f"the demo has no run of {backend}:\n{self.output[-3000:]}"
         return {"id": rows[0]["id"], "status": rows[0]["status"], "load_profile": json.loads(rows[0]["load_profile"])}
@@ -64,7 +74,7 @@ class DemoEvidence:
         rows = self.query(
             "SELECT quality, performance, requests, engine_evidence FROM evaluators_taskresult"
             " WHERE run_id = ? AND task = ?",
-            self.run(backend)["id"],
+            self.run(backend, task)["id"],
             task,
         )
         assert rows, f"the {backend} run has no {task} result"
@@ -74,7 +84,7 @@ class DemoEvidence:
         rows = self.query(
             "SELECT sample_id, prompt, target, output, passed, failure_reason, latency_ms"
             " FROM evaluators_samplerecord WHERE run_id = ? AND task = ? ORDER BY sample_id",
-            self.run(backend)["id"],
+            self.run(backend, task)["id"],
             task,
         )
         return [dict(row) for row in rows]

@@ -1,4 +1,8 @@
-"""Orchestration without a broker: fan-out, reuse, the DB-driven completion check, recovery, sweeps."""
+"""Orchestration without a broker: fan-out, reuse, the DB-driven completion check, recovery, sweeps.
+
+These cover the sequential mode (``OPTGATE_INTERLEAVED=False``: two runs, the baseline's reusable);
+the interleaved pairs that are the default are covered in ``tests/test_interleaved_pairs.py``.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,11 @@ from tests.factories import captured_tasks
 from workers import services, sweeper
 
 pytestmark = [pytest.mark.database, pytest.mark.django_db(transaction=False)]
+
+
+@pytest.fixture(autouse=True)
+def sequential(settings: Any) -> None:
+    settings.OPTGATE_INTERLEAVED = False
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from gates.judge import stats
 from gates.judge.pairing import scalar
-from gates.judge.performance import judge_goodput, judge_point, judge_ratio
+from gates.judge.performance import judge_blocks, judge_goodput, judge_point, judge_ratio
 from gates.judge.quality import judge_pass_fail, judge_score
 from gates.judge.records import MetricVerdict, RunTaskEvidence, TaskEvidence
 from gates.judge.rules import Rule, metric_seed
@@ -48,6 +48,8 @@ def judge_metric(
         return judge_ratio(rule, spec, ev.task, base, cand, seed, n_boot, "ms")
     if spec.family == "throughput":
         base_tp, cand_tp = ev.base.output_throughput, ev.cand.output_throughput
+        if ev.base.blocks and ev.cand.blocks and isinstance(base_tp, Sequence) and isinstance(cand_tp, Sequence):
+            return judge_blocks(rule, spec, ev.task, base_tp, cand_tp, " tok/s")
         if isinstance(base_tp, Sequence) and isinstance(cand_tp, Sequence) and len(base_tp) > 1 and len(cand_tp) > 1:
             return judge_ratio(rule, spec, ev.task, base_tp, cand_tp, seed, n_boot, " tok/s")
         return judge_point(rule, ev.task, scalar(base_tp), scalar(cand_tp), " tok/s", hib=True)

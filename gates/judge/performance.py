@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+
+from scipy import stats as sps
 
 from gates.judge.pairing import pair_samples, sample_values
 from gates.judge.records import MetricVerdict, RequestTiming, RunTaskEvidence, Samples, TaskEvidence
@@ -49,6 +52,47 @@ def judge_ratio(
     )
     details = {"n_base": result.n_base, "n_cand": result.n_cand, "effect_is": "ratio cand/base"}
     return finish_bootstrap(rule, task, result, status, sentence, good_effect=good, details=details)
+
+
+def judge_blocks(
+    rule: Rule, spec: MetricSpec, task: str, base: Sequence[float], cand: Sequence[float], unit: str
+) -> MetricVerdict:
+    """Per-block figures of interleaved blocks (block k of each side ran back to back): the ratio's
+    geometric mean over the block pairs with a paired t-interval on the log ratios."""
+    pairs = [(b, c) for b, c in zip(base, cand, strict=False) if b and c and b > 0 and c > 0]
+    if len(pairs) < 2:
+        return missing(rule, task, "pair of interleaved blocks")
+    logs = [math.log(c / b) for b, c in pairs]
+    n = len(logs)
+    mean = statistics.fmean(logs)
+    half = float(sps.t.ppf(0.5 + rule.confidence / 2, n - 1)) * statistics.stdev(logs) / math.sqrt(n)
+    ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    if spec.higher_is_better:
+        good, good_interval = ratio - 1, (low - 1, high - 1)
+    else:
+        good, good_interval = 1 - ratio, (1 - high, 1 - low)
+    status = classify(replace(rule, min_n=0), good, good_interval, good_interval[1] < 0)
+    base_mean, cand_mean = statistics.fmean(b for b, _ in pairs), statistics.fmean(c for _, c in pairs)
+    sentence = (
+        f"{rule.label} went from {amount(base_mean, unit)} to {amount(cand_mean, unit)} "
+        f"({signed((ratio - 1) * 100)}%, {rel_ci((low - 1, high - 1), rule.confidence)}) over {n} pairs of "
+        f"interleaved blocks, {tail(rule, status, 'percent')}"
+    )
+    return finish(
+        replace(rule, min_n=0),
+        task,
+        status=status,
+        n=n,
+        baseline=base_mean,
+        candidate=cand_mean,
+        effect=ratio,
+        interval=(low, high),
+        test=f"paired t-interval of the log ratio over {n} interleaved block pairs",
+        sentence=sentence,
+        good_effect=good,
+        std_error=(high - low) / 4 if high > low else math.inf,
+        details={"block_ratios": [c / b for b, c in pairs], "effect_is": "ratio cand/base"},
+    )
 
 
 def judge_point(rule: Rule, task: str, base: float | None, cand: float | None, unit: str, hib: bool) -> MetricVerdict:

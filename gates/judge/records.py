@@ -43,8 +43,12 @@ class RunTaskEvidence:
     queue_ms: Samples = ()
     # Every load request, failed ones included (goodput counts them as misses).
     requests: Sequence[RequestTiming] = ()
-    # tokens/s: one measurement, or several (per repeat) for an interval.
+    # tokens/s: one measurement, or several (per repeat, or per interleaved block) for an interval.
     output_throughput: float | Sequence[float] | None = None
+    # Measured in interleaved blocks: per-block figures pair with the other side's by position.
+    blocks: bool = False
+    # How far the side's block medians wandered (``evaluators.interleave.drift``).
+    drift: Mapping[str, float | None] = field(default_factory=dict)
     # Engine counters: prefix_cache_hit_rate, spec_decode_acceptance_rate, preemptions, ...
     engine: Mapping[str, float] = field(default_factory=dict)
     error: str | None = None

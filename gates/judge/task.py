@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gates.judge.mechanisms import bottleneck_verdict, mechanism_verdicts
 from gates.judge.metric_judge import judge_metric
@@ -17,8 +18,8 @@ from gates.judge.records import (
     unmeasured_verdict,
 )
 from gates.judge.rules import Rule, min_samples_for
-from gates.judge.validity import judge_comparability
-from gates.policy.metrics import is_quality
+from gates.judge.validity import CLIENT_TIMED, judge_comparability
+from gates.policy.metrics import METRIC_SPECS, is_quality
 from gates.policy.rules import MetricRule, Policy, TaskPolicy
 
 
@@ -115,6 +116,7 @@ def judge_task(
         if bottleneck:
             verdicts.append(bottleneck_verdict(policy, evidence, task_policy, bottleneck, base_seed))
     verdicts = judge_comparability(verdicts, evidence, policy.measurement.max_delivery_shift_ms)
+    verdicts = [_with_drift(v, evidence) for v in verdicts]
     return TaskVerdict(
         task=task,
         role=role,
@@ -124,6 +126,15 @@ def judge_task(
         base_run=evidence.base.run_id,
         cand_run=evidence.cand.run_id,
     )
+
+
+def _with_drift(verdict: MetricVerdict, evidence: TaskEvidence) -> MetricVerdict:
+    """Client-timed verdicts of interleaved evidence show how far each side wandered across blocks."""
+    spec = METRIC_SPECS.get(verdict.metric)
+    if spec is None or spec.family not in CLIENT_TIMED or not (evidence.base.drift or evidence.cand.drift):
+        return verdict
+    drift = {"drift_baseline": dict(evidence.base.drift), "drift_candidate": dict(evidence.cand.drift)}
+    return replace(verdict, details={**verdict.details, **drift, "measured_in": "interleaved blocks"})
 
 
 def _task_status(verdicts: Sequence[MetricVerdict]) -> Status:

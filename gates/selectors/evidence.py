@@ -32,20 +32,35 @@ def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
     passed = {sample_id: ok for sample_id, ok, _ in samples}
     scores = {sample_id: score for sample_id, _, score in samples}
     records = list(result.requests or [])
+    performance = result.performance or {}
+    # Interleaved blocks send the same prompts to both sides: latencies pair by sample id.
+    paired = bool(performance.get("blocks"))
     itl = [float(v) * 1000.0 for r in records if r.get("error") is None for v in (r.get("itl_s") or [])]
     engine = {k: float(v) for k, v in (result.engine_evidence or {}).items() if isinstance(v, int | float)}
     return RunTaskEvidence(
         run_id=str(run.pk),
         passed=passed,
         scores=scores,
-        ttft_ms=request_latencies_ms(records, "ttft_s"),
-        tpot_ms=request_latencies_ms(records, "tpot_s"),
+        ttft_ms=_latencies(records, "ttft_s", paired),
+        tpot_ms=_latencies(records, "tpot_s", paired),
         itl_ms=itl,
-        e2e_ms=request_latencies_ms(records, "e2e_s"),
+        e2e_ms=_latencies(records, "e2e_s", paired),
         requests=[_timing(r) for r in records],
-        output_throughput=(result.performance or {}).get("output_token_throughput"),
+        output_throughput=performance.get("block_output_throughput") or performance.get("output_token_throughput"),
+        blocks=bool(performance.get("blocks")),
+        drift=performance.get("drift") or {},
         engine=engine,
     )
+
+
+def _latencies(records: list[dict[str, Any]], key: str, paired: bool) -> list[float] | dict[str, float]:
+    if not paired:
+        return request_latencies_ms(records, key)
+    return {
+        str(r["sample_id"]): float(r[key]) * 1000.0
+        for r in records
+        if r.get("error") is None and isinstance(r.get(key), int | float) and "sample_id" in r
+    }
 
 
 def _timing(record: dict[str, Any]) -> RequestTiming:

@@ -43,9 +43,9 @@ def run_enqueue(run_id: int) -> None:
     attempts = EvaluationAttempt.objects.filter(run_id=run_id).count()
     queue.enqueue(queue.EVALUATE_RUN, run_id, task_id=run_task_id(run_id, attempts + 1))
     # Only now is the message the broker's: a run still without ``sent_at`` is re-sent by the sweeper.
-    EvaluationRun.objects.filter(pk=run_id, status=RunStatus.QUEUED, sent_at__isnull=True).update(
-        sent_at=timezone.now()
-    )
+    # One message carries an interleaved pair, so it counts as sent for both runs.
+    pair = Q(pk=run_id) | Q(paired_run_id=run_id)
+    EvaluationRun.objects.filter(pair, status=RunStatus.QUEUED, sent_at__isnull=True).update(sent_at=timezone.now())
 
 
 def enqueue_runs(run_ids: list[int]) -> None:
@@ -98,6 +98,10 @@ def awaits_fresh_runs(ticket: ReleaseTicket) -> bool:
 def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
     """Move a submitted ticket to evaluating and request its baseline and candidate runs.
 
+    With ``OPTGATE_INTERLEAVED`` (the default) the two are a new interleaved pair, measured
+    together on one worker (the baseline's deterministic quality outcomes may still be reused
+    from a matching earlier run, its timing never is). Otherwise, as before:
+
     A finished or in-flight run with the same reuse key is reused (the ledger entry names it),
     except a run this ticket's decisions already judged: evaluating a ticket again (after
     *needs evidence*) measures both backends afresh, close together in time. New runs are
@@ -124,12 +128,19 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
 
     tasks = ticket_tasks(ticket)
     profile = dict(settings.OPTGATE_LOAD_PROFILE)
-    baseline_run, baseline_reused = run_services.run_request(
-        backend=ticket.baseline, tasks=tasks, load_profile=profile, exclude=judged
-    )
-    candidate_run, candidate_reused = run_services.run_request(
-        backend=ticket.candidate, tasks=tasks, load_profile=profile, exclude=judged
-    )
+    if settings.OPTGATE_INTERLEAVED:
+        # Both measured together in alternating blocks; the pair's one message goes with the candidate.
+        baseline_run, candidate_run = run_services.pair_request(
+            baseline=ticket.baseline, candidate=ticket.candidate, tasks=tasks, load_profile=profile
+        )
+        baseline_reused = candidate_reused = False
+    else:
+        baseline_run, baseline_reused = run_services.run_request(
+            backend=ticket.baseline, tasks=tasks, load_profile=profile, exclude=judged
+        )
+        candidate_run, candidate_reused = run_services.run_request(
+            backend=ticket.candidate, tasks=tasks, load_profile=profile, exclude=judged
+        )
     with transaction.atomic(durable=True):
         moved = ReleaseTicket.objects.filter(pk=ticket.pk, status=TicketStatus.EVALUATING).update(
             baseline_run=baseline_run, candidate_run=candidate_run, updated_at=timezone.now()
@@ -158,13 +169,14 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
                     "run_status": candidate_run.status,
                 },
                 "judged_before": sorted(judged),
+                "interleaved": bool(settings.OPTGATE_INTERLEAVED),
             },
         )
-        # A reused run in flight already has its message; only new runs are sent.
+        # A reused run in flight already has its message; only new runs are sent (a pair's once).
         fresh = [
             run
             for run, reused in ((baseline_run, baseline_reused), (candidate_run, candidate_reused))
-            if not reused and run.status == RunStatus.QUEUED
+            if not reused and run.status == RunStatus.QUEUED and run.pair_side != "baseline"
         ]
         enqueue_runs(sorted({run.pk for run in fresh}))
         enqueue_ticket_check(ticket.pk)

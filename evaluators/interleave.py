@@ -1,0 +1,307 @@
+"""Baseline and candidate measured in alternating, balanced blocks while both engines are up.
+
+Two runs measured one after the other drift apart on a shared machine (13-61 % on changes that do
+nothing): whatever else the machine does lands on one side only. Here the task's load is split
+into chunks and every chunk is sent to both engines in adjacent blocks, in the balanced order
+AB BA BA AB (for four chunks), so slow drift falls on both sides alike and the same prompts are
+timed on both. Each block starts from an empty prefix cache (the quality phase must not warm the
+load) and is bracketed by ``/metrics`` scrapes; a sampler reads the KV-cache usage gauge while the
+block runs. What a block measured is kept per block, so the judge can show drift across blocks
+and use per-block throughput for an interval.
+
+Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from evaluators.engine_metrics import KV_USAGE_GAUGES, MetricsSnapshot, derive_engine_evidence, scrape_metrics
+from evaluators.loadgen import LoadRequest, RequestRecord, run_load_sync, summarize
+
+logger = logging.getLogger(__name__)
+
+BASELINE, CANDIDATE = "baseline", "candidate"
+# Chunks per task: each side gets this many blocks (four is the least that balances order and drift).
+DEFAULT_BLOCKS = 4
+KV_SAMPLE_INTERVAL_S = 0.25
+
+
+def block_order(chunks: int) -> list[tuple[int, str]]:
+    """(chunk, side) in measuring order: pairs alternate AB, BA, BA, AB, … (ABBA BAAB).
+
+    Over every four chunks each side goes first twice and each position (1st-4th pair) is
+    balanced, so a linear drift adds the same amount to both sides.
+    """
+    if chunks < 1:
+        raise ValueError("chunks must be >= 1")
+    order: list[tuple[int, str]] = []
+    for chunk in range(chunks):
+        first_is_baseline = chunk % 4 in (0, 3)
+        pair = (BASELINE, CANDIDATE) if first_is_baseline else (CANDIDATE, BASELINE)
+        order += [(chunk, side) for side in pair]
+    return order
+
+
+def split_chunks(count: int, chunks: int) -> list[range]:
+    """``count`` request indexes in ``chunks`` contiguous, near-equal ranges (none empty)."""
+    chunks = max(1, min(chunks, count))
+    bounds = [round(i * count / chunks) for i in range(chunks + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(chunks)]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A live engine to measure: its base URL and the model name it serves."""
+
+    base_url: str
+    model: str
+
+
+@dataclass
+class BlockResult:
+    """One block: which side and chunk, when in the sequence, and what it measured."""
+
+    side: str
+    chunk: int
+    position: int
+    records: list[RequestRecord]
+    duration_s: float
+    summary: dict[str, Any]
+    engine: dict[str, float | None] = field(default_factory=dict)
+    cache_reset: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        ttft = self.summary.get("ttft_ms", {})
+        e2e = self.summary.get("e2e_ms", {})
+        return {
+            "side": self.side,
+            "chunk": self.chunk,
+            "position": self.position,
+            "requests": len(self.records),
+            "errors": self.summary.get("errors"),
+            "duration_s": self.duration_s,
+            "output_token_throughput": self.summary.get("output_token_throughput"),
+            "ttft_median_ms": ttft.get("median"),
+            "ttft_p95_ms": ttft.get("p95"),
+            "e2e_median_ms": e2e.get("median"),
+            "cache_reset": self.cache_reset,
+            "engine": self.engine,
+        }
+
+
+@dataclass
+class InterleavedLoad:
+    """Both sides' blocks of one task, in the order they ran."""
+
+    blocks: list[BlockResult]
+
+    def side(self, side: str) -> list[BlockResult]:
+        return sorted((b for b in self.blocks if b.side == side), key=lambda b: b.chunk)
+
+    def records(self, side: str, indexes: Sequence[range]) -> list[dict[str, Any]]:
+        """The side's request records in request order, each with its block and chunk."""
+        out: list[dict[str, Any]] = []
+        for block in self.side(side):
+            for offset, record in zip(indexes[block.chunk], block.records, strict=True):
+                data = {**_record_json(record), "index": offset, "block": block.position, "chunk": block.chunk}
+                out.append(data)
+        return sorted(out, key=lambda r: r["index"])
+
+    def summary(self, side: str) -> dict[str, Any]:
+        """Whole-side aggregates, per-block throughput and the drift across the side's blocks."""
+        blocks = self.side(side)
+        records = [r for b in blocks for r in b.records]
+        summary = summarize(records, sum(b.duration_s for b in blocks))
+        summary["blocks"] = [b.to_json() for b in blocks]
+        summary["block_output_throughput"] = [b.summary.get("output_token_throughput") for b in blocks]
+        summary["drift"] = drift(blocks)
+        return summary
+
+    def engine(self, side: str) -> dict[str, float | None]:
+        """The side's engine evidence summed over its blocks (counters) or taken over them (gauges)."""
+        return combine_engine([b.engine for b in self.side(side)])
+
+
+def drift(blocks: Sequence[BlockResult]) -> dict[str, float | None]:
+    """How far the side's block medians wandered: spread of TTFT and E2E medians, relative to their
+    median (0.1 = the slowest block was 10 % of the typical median above the fastest)."""
+    out: dict[str, float | None] = {}
+    for key in ("ttft_ms", "e2e_ms"):
+        medians = [m for b in blocks if (m := b.summary.get(key, {}).get("median")) is not None]
+        typical = statistics.median(medians) if medians else None
+        out[f"{key.removesuffix('_ms')}_median_spread"] = (
+            (max(medians) - min(medians)) / typical if medians and typical else None
+        )
+    return out
+
+
+# Counters add up over blocks; rates are recomputed from the summed counters; gauges take the peak.
+_RATES = {
+    "prefix_cache_hit_rate": ("prefix_cache_hits", "prefix_cache_queries"),
+    "spec_decode_acceptance_rate": ("spec_decode_accepted_tokens", "spec_decode_draft_tokens"),
+}
+
+
+def combine_engine(per_block: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
+    if not per_block:
+        return {}
+    keys = {key for block in per_block for key in block}
+    combined: dict[str, float | None] = {}
+    for key in keys:
+        values = [v for block in per_block if (v := block.get(key)) is not None]
+        if not values:
+            combined[key] = None
+        elif key.endswith(("_peak", "_max")):
+            combined[key] = max(values)
+        elif key.endswith(("_mean_ms", "_time_weighted_mean")):
+            combined[key] = math.fsum(values) / len(values)
+        else:
+            combined[key] = math.fsum(values)
+    for rate, (numerator, denominator) in _RATES.items():
+        num, den = combined.get(numerator), combined.get(denominator)
+        combined[rate] = num / den if num is not None and den else None
+    accepted, drafts = combined.get("spec_decode_accepted_tokens"), combined.get("spec_decode_drafts")
+    if "spec_decode_mean_accepted_length" in combined:
+        combined["spec_decode_mean_accepted_length"] = (
+            1.0 + accepted / drafts if accepted is not None and drafts else None
+        )
+    return combined
+
+
+class KvSampler:
+    """Reads the KV-cache usage gauge every ``interval_s`` while a block runs: peak and time-weighted mean."""
+
+    def __init__(self, base_url: str, interval_s: float = KV_SAMPLE_INTERVAL_S) -> None:
+        self.base_url = base_url
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        with httpx.Client(timeout=2.0) as client:
+            while not self._stop.is_set():
+                try:
+                    usage = scrape_metrics(self.base_url, client=client).gauge_max(*KV_USAGE_GAUGES)
+                except Exception:  # a missed sample is no evidence either way
+                    usage = None
+                if usage is not None:
+                    self.samples.append((time.monotonic(), usage))
+                self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> KvSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def result(self) -> dict[str, float | None]:
+        if not self.samples:
+            return {"kv_cache_usage_peak": None, "kv_cache_usage_time_weighted_mean": None}
+        peak = max(u for _, u in self.samples)
+        if len(self.samples) == 1:
+            return {"kv_cache_usage_peak": peak, "kv_cache_usage_time_weighted_mean": self.samples[0][1]}
+        area = sum((t1 - t0) * u0 for (t0, u0), (t1, _) in zip(self.samples, self.samples[1:], strict=False))
+        span = self.samples[-1][0] - self.samples[0][0]
+        return {"kv_cache_usage_peak": peak, "kv_cache_usage_time_weighted_mean": area / span if span > 0 else peak}
+
+
+def reset_prefix_cache(base_url: str) -> bool:
+    """Empty the engine's prefix cache (vLLM's dev route); False when the engine does not offer it.
+
+    vLLM refuses while blocks are still held by running requests: retried briefly.
+    """
+    for _ in range(10):
+        try:
+            response = httpx.post(base_url.rstrip("/") + "/reset_prefix_cache", timeout=10.0)
+        except httpx.HTTPError:
+            return False
+        if response.status_code == 404:
+            return False
+        if response.status_code == 200 and response.json().get("success", True):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def measure_interleaved(
+    endpoints: dict[str, Endpoint],
+    requests: Sequence[LoadRequest],
+    *,
+    chunks: int = DEFAULT_BLOCKS,
+    concurrency: int,
+    seed: int,
+    on_block: Callable[[int, int], None] | None = None,
+) -> tuple[InterleavedLoad, list[range]]:
+    """Send ``requests`` to both endpoints in balanced alternating blocks; returns the blocks and
+    the request indexes of each chunk. ``on_block(done, total)`` reports progress."""
+    indexes = split_chunks(len(requests), chunks)
+    order = block_order(len(indexes))
+    blocks: list[BlockResult] = []
+    for position, (chunk, side) in enumerate(order):
+        endpoint = endpoints[side]
+        cleared = reset_prefix_cache(endpoint.base_url)
+        before = _scrape(endpoint.base_url)
+        with KvSampler(endpoint.base_url) as sampler:
+            result = run_load_sync(
+                endpoint.base_url,
+                endpoint.model,
+                [requests[i] for i in indexes[chunk]],
+                concurrency=concurrency,
+                seed=seed + chunk,
+            )
+        after = _scrape(endpoint.base_url)
+        engine: dict[str, float | None] = {}
+        if before is not None and after is not None:
+            engine = derive_engine_evidence(before, after, during=())
+        sampled = sampler.result()
+        peaks = [p for p in (engine.get("kv_cache_usage_peak"), sampled["kv_cache_usage_peak"]) if p is not None]
+        engine.update(sampled, kv_cache_usage_peak=max(peaks) if peaks else None)
+        blocks.append(
+            BlockResult(
+                side=side,
+                chunk=chunk,
+                position=position,
+                records=result.records,
+                duration_s=result.duration_s,
+                summary=result.summary(),
+                engine=engine,
+                cache_reset=cleared,
+            )
+        )
+        if on_block:
+            on_block(position + 1, len(order))
+    return InterleavedLoad(blocks), indexes
+
+
+def _scrape(base_url: str) -> MetricsSnapshot | None:
+    try:
+        return scrape_metrics(base_url)
+    except Exception as exc:  # an endpoint without /metrics has no engine evidence, not zero
+        logger.warning("could not scrape %s/metrics: %s", base_url, exc)
+        return None
+
+
+def _record_json(record: RequestRecord) -> dict[str, Any]:
+    return {
+        "start_s": record.start_s,
+        "ttft_s": record.ttft_s,
+        "tpot_s": record.tpot_s,
+        "itl_s": record.itl_s,
+        "e2e_s": record.e2e_s,
+        "output_tokens": record.output_tokens,
+        "prompt_tokens": record.prompt_tokens,
+        "error": record.error,
+    }

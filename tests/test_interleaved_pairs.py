@@ -1,0 +1,310 @@
+"""Interleaved pairs: baseline and candidate measured together, in balanced alternating blocks.
+
+* the block order and chunking are balanced (ABBA BAAB);
+* against two real HTTP servers on a machine that slows down over time, the interleaved blocks
+  keep the two sides level while two runs one after the other put the whole drift on one side;
+* a ticket fans out to one pair with one message; either run's message executes both; the
+  baseline's deterministic quality may come from a matching earlier run, its timing never does;
+* a pair whose candidate cannot start ends the candidate run as ``start_failed``.
+
+The real-engine pair is in ``tests/test_measurement_engine.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from django.contrib.auth.models import User
+
+from backends.models import Backend
+from evaluators import pipeline, services
+from evaluators.engine import EngineStartError
+from evaluators.interleave import (
+    BASELINE,
+    CANDIDATE,
+    Endpoint,
+    block_order,
+    combine_engine,
+    measure_interleaved,
+    split_chunks,
+)
+from evaluators.loadgen import LoadRequest, run_load_sync
+from evaluators.models import EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
+from gates.models import ReleaseTicket, TicketStatus
+from gates.services import evaluation
+from ledger.models import LedgerEntry
+from tests.factories import captured_tasks
+
+# --- the schedule -------------------------------------------------------------------------------
+
+
+def test_four_chunks_run_in_abba_baab_order() -> None:
+    order = block_order(4)
+    sides = "".join("A" if side == BASELINE else "B" for _, side in order)
+    assert sides == "ABBABAAB"
+    assert [chunk for chunk, _ in order] == [0, 0, 1, 1, 2, 2, 3, 3]
+    # Balanced: each side goes first in half of the pairs, and the mean position is equal.
+    positions = {side: [i for i, (_, s) in enumerate(order) if s == side] for side in (BASELINE, CANDIDATE)}
+    assert statistics.mean(positions[BASELINE]) == statistics.mean(positions[CANDIDATE])
+
+
+def test_chunks_cover_every_request_once() -> None:
+    chunks = split_chunks(10, 4)
+    assert [i for chunk in chunks for i in chunk] == list(range(10))
+    assert {len(chunk) for chunk in chunks} == {2, 3}
+    assert len(split_chunks(3, 4)) == 3  # never an empty block
+    with pytest.raises(ValueError):
+        block_order(0)
+
+
+def test_engine_evidence_adds_counters_and_recomputes_rates_over_blocks() -> None:
+    blocks = [
+        {
+            "prefix_cache_hits": 10.0,
+            "prefix_cache_queries": 100.0,
+            "prefix_cache_hit_rate": 0.1,
+            "kv_cache_usage_peak": 0.2,
+        },
+        {
+            "prefix_cache_hits": 50.0,
+            "prefix_cache_queries": 100.0,
+            "prefix_cache_hit_rate": 0.5,
+            "kv_cache_usage_peak": 0.4,
+        },
+    ]
+    combined = combine_engine(blocks)
+    assert combined["prefix_cache_hits"] == 60 and combined["prefix_cache_queries"] == 200
+    assert combined["prefix_cache_hit_rate"] == pytest.approx(0.3)
+    assert combined["kv_cache_usage_peak"] == 0.4
+
+
+# --- drift: interleaved vs one after the other, on real HTTP servers -------------------------------
+
+
+class DriftingMachine:
+    """Two fake engines on one 'machine' whose every answer is slower than the one before (by
+    ``slope_ms`` per request the machine served, on either engine)."""
+
+    def __init__(self, slope_ms: float) -> None:
+        self.slope = slope_ms / 1000.0
+        self.served = 0
+        self.loop = asyncio.new_event_loop()
+        self.urls: list[str] = []
+        self.runners: list[web.AppRunner] = []
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            for _ in range(2):
+                app = web.Application()
+                app.router.add_post("/v1/chat/completions", self.answer)
+                runner = web.AppRunner(app)
+                self.loop.run_until_complete(runner.setup())
+                site = web.TCPSite(runner, "127.0.0.1", 0)
+                self.loop.run_until_complete(site.start())
+                port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+                self.urls.append(f"http://127.0.0.1:{port}")
+                self.runners.append(runner)
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        await request.json()
+        self.served += 1
+        await asyncio.sleep(0.005 + self.slope * self.served)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        events: list[dict[str, Any]] = [
+            {"choices": [{"index": 0, "delta": {"content": "a"}}]},
+            {"choices": [{"index": 0, "delta": {"content": "b"}}]},
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+        ]
+        for event in events:
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for runner in self.runners:
+                await runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def machine() -> Iterator[DriftingMachine]:
+    drifting = DriftingMachine(slope_ms=0.25)
+    yield drifting
+    drifting.close()
+
+
+def _median_ttft_ms(records: list[dict[str, Any]]) -> float:
+    return statistics.median(r["ttft_s"] * 1000 for r in records if r["ttft_s"] is not None)
+
+
+def test_interleaving_keeps_two_identical_engines_level_where_sequential_runs_drift(
+    machine: DriftingMachine,
+) -> None:
+    requests = [LoadRequest(messages=[{"role": "user", "content": f"q{i}"}], max_tokens=2) for i in range(48)]
+    a, b = (Endpoint(url, "m") for url in machine.urls)
+
+    sequential_a = run_load_sync(a.base_url, "m", requests, concurrency=1)
+    sequential_b = run_load_sync(b.base_url, "m", requests, concurrency=1)
+    seq_ratio = statistics.median(r.ttft_s for r in sequential_b.records if r.ttft_s) / statistics.median(
+        r.ttft_s for r in sequential_a.records if r.ttft_s
+    )
+
+    load, indexes = measure_interleaved({BASELINE: a, CANDIDATE: b}, requests, chunks=4, concurrency=1, seed=0)
+    inter_ratio = _median_ttft_ms(load.records(CANDIDATE, indexes)) / _median_ttft_ms(load.records(BASELINE, indexes))
+
+    # The same server code on both sides: one after the other the second looks much slower.
+    assert seq_ratio > 1.25, seq_ratio
+    assert abs(inter_ratio - 1) < abs(seq_ratio - 1) / 3, (inter_ratio, seq_ratio)
+    # Every block is kept, in order, with its drift shown per side.
+    assert [b.position for b in load.blocks] == list(range(8))
+    summary = load.summary(BASELINE)
+    assert len(summary["blocks"]) == 4 and len(summary["block_output_throughput"]) == 4
+    assert summary["drift"]["ttft_median_spread"] > 0.2  # the machine really drifted across blocks
+    assert not any(block["cache_reset"] for block in summary["blocks"])  # no such route on these servers
+    assert [r["index"] for r in load.records(CANDIDATE, indexes)] == list(range(48))
+
+
+# --- orchestration ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sent() -> Any:
+    with captured_tasks() as published:
+        yield published
+
+
+@pytest.mark.django_db
+def test_a_ticket_fans_out_to_one_pair_sent_once(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.status == TicketStatus.EVALUATING
+    base, cand = ticket.baseline_run, ticket.candidate_run
+    assert base is not None and cand is not None
+    assert (base.paired_run_id, base.pair_side) == (cand.pk, BASELINE)
+    assert (cand.paired_run_id, cand.pair_side) == (base.pk, CANDIDATE)
+    assert [call.kwargs["task_id"] for call in sent["run"].call_args_list] == [f"evaluate-run-{cand.pk}-a1"]
+    assert EvaluationRun.objects.filter(pk__in=[base.pk, cand.pk], sent_at__isnull=False).count() == 2
+    entry = LedgerEntry.objects.get(kind="ticket.evaluation_requested", subject_id=str(ticket.pk))
+    assert entry.payload["interleaved"] is True
+
+
+@pytest.mark.django_db
+def test_a_second_ticket_measures_the_baseline_again(
+    draft: ReleaseTicket, erin: User, baseline: Backend, candidate: Backend, sent: Any
+) -> None:
+    first_base, _ = services.pair_request(baseline=baseline, candidate=candidate, tasks=["knowledge_qa"])
+    EvaluationRun.objects.filter(pk=first_base.pk).update(status=RunStatus.SUCCEEDED)
+    second_base, _ = services.pair_request(baseline=baseline, candidate=candidate, tasks=["knowledge_qa"])
+    assert second_base.pk != first_base.pk  # timing is never reused
+    # Nor does a standalone request reuse a pair's run.
+    alone, reused = services.run_request(backend=baseline, tasks=["knowledge_qa"])
+    assert not reused and alone.pk not in (first_base.pk, second_base.pk)
+
+
+class _Engine:
+    def __init__(self, name: str) -> None:
+        self.base_url, self.model = f"http://127.0.0.1:9/{name}", name
+        self.stopped = False
+
+    def is_alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def last_log_lines(self, n: int = 30) -> list[str]:
+        return []
+
+
+def _sample(sample_id: str, passed: bool) -> pipeline.SampleOutcome:
+    return pipeline.SampleOutcome(sample_id, "p", "t", "o", passed, float(passed), "", "")
+
+
+@pytest.mark.django_db
+def test_either_message_executes_the_pair_and_reuses_only_the_baselines_quality(
+    baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An earlier baseline run with the same fingerprint, engine, hardware and profile.
+    earlier, _ = services.run_request(backend=baseline, tasks=["knowledge_qa"])
+    EvaluationRun.objects.filter(pk=earlier.pk).update(status=RunStatus.SUCCEEDED)
+    TaskResult.objects.create(run=earlier, task="knowledge_qa", suite_version=earlier.suite_versions["knowledge_qa"])
+    SampleRecord.objects.create(run=earlier, task="knowledge_qa", sample_id="s1", passed=True, score=1.0)
+
+    engines = {BASELINE: _Engine(BASELINE), CANDIDATE: _Engine(CANDIDATE)}
+    seen: dict[str, Any] = {}
+
+    def open_engine(run: EvaluationRun, attempt: Any) -> _Engine:
+        return engines[run.pair_side]
+
+    def evaluate(
+        slug: str, *, baseline: Endpoint, candidate: Endpoint, profile: Any, baseline_samples: Any, on_phase: Any
+    ) -> tuple[pipeline.TaskOutcome, pipeline.TaskOutcome]:
+        seen.update(baseline=baseline, candidate=candidate, baseline_samples=baseline_samples)
+        base = pipeline.TaskOutcome(slug, "1", samples=list(baseline_samples), quality={"n": 1})
+        cand = pipeline.TaskOutcome(slug, "1", samples=[_sample("s1", False)], quality={"n": 1})
+        return base, cand
+
+    monkeypatch.setattr(services, "_open_engine", open_engine)
+    monkeypatch.setattr(services.pipeline, "evaluate_pair_task", evaluate)
+    base_run, cand_run = services.pair_request(baseline=baseline, candidate=candidate, tasks=["knowledge_qa"])
+    services.run_execute(run_id=base_run.pk)  # the baseline's message: executes the whole pair
+
+    base_run.refresh_from_db()
+    cand_run.refresh_from_db()
+    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
+    assert seen["baseline"].model == BASELINE and seen["candidate"].model == CANDIDATE
+    assert [s.sample_id for s in seen["baseline_samples"]] == ["s1"]
+    assert TaskResult.objects.get(run=base_run).quality["reused_from_run"] == earlier.pk
+    assert SampleRecord.objects.get(run=cand_run).passed is False
+    assert all(engine.stopped for engine in engines.values())
+    assert base_run.attempts.count() == cand_run.attempts.count() == 1
+    # A second delivery of the other message finds the pair done and does nothing.
+    services.run_execute(run_id=cand_run.pk)
+    assert cand_run.attempts.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_candidate_that_cannot_start_fails_its_run_as_start_failed_and_stops_the_baseline(
+    baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _Engine(BASELINE)
+
+    def open_engine(run: EvaluationRun, attempt: Any) -> _Engine:
+        if run.pair_side == CANDIDATE:
+            raise EngineStartError("engine exited with code 1 during start-up: ValueError: no AVX-512", exit_code=1)
+        return started
+
+    monkeypatch.setattr(services, "_open_engine", open_engine)
+    base_run, cand_run = services.pair_request(baseline=baseline, candidate=candidate, tasks=["knowledge_qa"])
+    services.run_execute(run_id=cand_run.pk)
+
+    base_run.refresh_from_db()
+    cand_run.refresh_from_db()
+    assert cand_run.status == RunStatus.ERROR and cand_run.error_kind == RunErrorKind.START_FAILED
+    assert "ValueError: no AVX-512" in cand_run.error
+    assert base_run.status == RunStatus.ERROR and base_run.error_kind == RunErrorKind.OTHER
+    assert "candidate engine of its pair could not start" in base_run.error
+    assert started.stopped

@@ -1,0 +1,141 @@
+"""Measurement on real vLLM-on-CPU engines with the shipped kit: interleaved pairs and planted
+scenarios, each asserting its outcome.
+
+* a seed-only change, measured as an interleaved pair, claims no regression on any guardrail;
+  its blocks ran in ABBA BAAB order, each from an empty prefix cache;
+* a candidate with a context cut (``max_model_len`` below the long-context prompts) and
+  ``max_num_seqs: 1`` (two planted faults in one engine pair, to spend one engine start):
+  the long-context task fails on refused requests, counted as failed samples — not a run error —
+  and the fitting task is still judged, failing its goodput / tail-latency guardrail;
+* an engine that cannot start is an ``error`` decision naming the root cause from its log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from backends.models import Backend
+from backends.services import backend_register
+from evaluators import pipeline, services
+from evaluators.interleave import BASELINE, CANDIDATE
+from evaluators.models import EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
+from gates.judge.verdicts import TaskEvidence, judge_task
+from gates.models import DecisionOutcome
+from gates.policy.parse import load_policy
+from gates.selectors.evidence import run_task_evidence
+from gates.services import decisions
+from tests.factories import evaluating_ticket, tasks
+from tools.kit import BASE, Kit, ensure_kit
+
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
+
+BASE_ARGS = {"max_model_len": 2048, "seed": 0, "max_num_seqs": 8, "enable_prefix_caching": False}
+POLICY = load_policy("default")
+
+
+@pytest.fixture(scope="module")
+def kit() -> Kit:
+    return ensure_kit()
+
+
+@pytest.fixture
+def kit_backend(kit: Kit, settings: Any, erin: User) -> Any:
+    settings.OPTGATE_MODEL_ROOTS = [kit.root]
+
+    def register(name: str, **engine_args: Any) -> Backend:
+        backend, _ = backend_register(
+            actor=erin,
+            name=name,
+            model_id="optgate/kit-base",
+            model_path=str(kit.path(BASE)),
+            model_revision=kit.revision(BASE),
+            engine_version="0.32.0",
+            hardware_class="cpu",
+            engine_args={**BASE_ARGS, **engine_args},
+        )
+        return backend
+
+    return register
+
+
+def _pair(baseline: Backend, candidate: Backend, task_list: list[str]) -> tuple[EvaluationRun, EvaluationRun]:
+    base_run, cand_run = services.pair_request(baseline=baseline, candidate=candidate, tasks=task_list)
+    services.run_execute(run_id=cand_run.pk)
+    base_run.refresh_from_db()
+    cand_run.refresh_from_db()
+    return base_run, cand_run
+
+
+def test_a_seed_only_change_measured_interleaved_claims_no_regression(kit_backend: Any) -> None:
+    base_run, cand_run = _pair(kit_backend("kit-base"), kit_backend("kit-base-seed1", seed=1), ["code_assistant"])
+    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
+
+    blocks = TaskResult.objects.get(run=cand_run).performance["blocks"]
+    assert len(blocks) == 4 and all(block["cache_reset"] for block in blocks)
+    positions = sorted(
+        [(b["position"], CANDIDATE) for b in blocks]
+        + [(b["position"], BASELINE) for b in TaskResult.objects.get(run=base_run).performance["blocks"]]
+    )
+    assert "".join("A" if side == BASELINE else "B" for _, side in positions) == "ABBABAAB"
+
+    evidence = TaskEvidence(
+        "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
+    )
+    verdict = judge_task(POLICY, evidence, role="risk")
+    guardrails = {m.metric: m for m in verdict.metrics if m.kind == "guardrail"}
+    assert guardrails["pass_rate"].status == "pass", guardrails["pass_rate"].reason  # greedy: same answers
+    failing = [m.reason for m in guardrails.values() if m.status == "fail"]
+    assert not failing, failing
+
+
+def test_a_context_cut_fails_the_long_task_on_refusals_and_the_fitting_task_is_still_judged(
+    kit_backend: Any, erin: User
+) -> None:
+    baseline = kit_backend("kit-base")
+    cut = kit_backend("kit-base-cut", max_model_len=512, max_num_seqs=1)
+    base_run, cand_run = _pair(baseline, cut, ["knowledge_qa", "code_assistant"])
+    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
+
+    refused = SampleRecord.objects.filter(run=cand_run, task="knowledge_qa", failure_reason=pipeline.REQUEST_REFUSED)
+    assert refused.count() == SampleRecord.objects.filter(run=cand_run, task="knowledge_qa").count() > 0
+    assert "maximum context length" in refused.first().detail  # type: ignore[union-attr]
+    assert TaskResult.objects.get(run=cand_run, task="knowledge_qa").error == ""
+
+    ticket = evaluating_ticket(
+        erin,
+        baseline,
+        cut,
+        base_run,
+        cand_run,
+        beneficiary_tasks=tasks("code_assistant"),
+        risk_tasks=tasks("knowledge_qa"),
+    )
+    decision = decisions.decision_make(ticket=ticket)
+    assert decision.outcome == DecisionOutcome.REJECT, decision.reasons
+    assert decision.verdicts["knowledge_qa"]["status"] == "fail"
+    fitting = {m["metric"]: m for m in decision.verdicts["code_assistant"]["metrics"] if m["kind"] == "guardrail"}
+    assert fitting["pass_rate"]["status"] == "pass"  # judged, and its answers are the baseline's
+    # max_num_seqs: 1 at concurrency 4: requests queue, so the tail and the SLOs break.
+    assert "fail" in {fitting["goodput"]["status"], fitting["ttft_p95"]["status"]}, decision.reasons
+
+
+def test_an_engine_that_cannot_start_is_an_error_decision_with_its_root_cause(kit_backend: Any, erin: User) -> None:
+    baseline = kit_backend("kit-base")
+    # Beyond the model's 2,048 positions: vLLM refuses the configuration while starting.
+    too_long = kit_backend("kit-base-too-long", max_model_len=8192)
+    base_run, cand_run = _pair(baseline, too_long, ["code_assistant"])
+
+    assert cand_run.status == RunStatus.ERROR and cand_run.error_kind == RunErrorKind.START_FAILED
+    headline = cand_run.error.splitlines()[0]
+    assert "max_model_len" in headline and "See root cause above" not in headline, headline
+    assert base_run.status == RunStatus.ERROR and base_run.error_kind == RunErrorKind.OTHER
+
+    ticket = evaluating_ticket(
+        erin, baseline, too_long, base_run, cand_run, beneficiary_tasks=tasks("code_assistant"), risk_tasks=[]
+    )
+    decision = decisions.decision_make(ticket=ticket)
+    assert decision.outcome == DecisionOutcome.ERROR
+    assert "max_model_len" in decision.reasons[1]
