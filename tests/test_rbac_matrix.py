@@ -99,6 +99,8 @@ def row(name: str, method: str, state: str, cells: str, variant: str = "") -> Ro
 # - run-evidence / run-close: import runs have no owner; engineers and admins attach evidence.
 # - token-*: everyone manages their own API tokens; admins anyone's. The "token" state is a token of
 #   the owner's; others get 404, since they cannot see it.
+# - user-*: an admin sees and changes everyone's roles; anyone else sees only themselves (others: 404)
+#   and changes nothing (403). The "person" state is the owner.
 # - flagger: a gateway's token only (header or metadata.token); a session is not accepted.
 # - github: an HMAC signature only; without one every caller gets 401.
 # - metrics: aggregate counts for Prometheus, open unless OPTGATE_METRICS_TOKEN is set (row
@@ -152,6 +154,10 @@ MATRIX: tuple[Row, ...] = (
     row("token-detail",                 "GET",   "token",     "401   404   404   200   404   200"),
     row("token-detail",                 "DELETE", "token",    "401   404   404   204   404   204"),
     row("token-rotate",                 "POST",  "token",     "401   404   404   201   404   201"),
+    row("user-list",                    "GET",   "-",         "401   200   200   200   200   200"),
+    row("user-detail",                  "GET",   "person",    "401   404   404   200   404   200"),
+    row("user-grant",                   "POST",  "person",    "401   404   404   403   404   200"),
+    row("user-revoke",                  "POST",  "person",    "401   404   404   403   404   200"),
     # ---- integrations, probes, API description ---------------------------------------------------
     row("argo-verdict",                 "GET",   "backend",   "401   200   200   200   200   200"),
     row("flagger-confirm-promotion",    "POST",  "backend",   "401   401   401   401   401   401"),
@@ -219,6 +225,9 @@ PATHS = {
     "argo-verdict": "/api/v1/integrations/argo/verdict/?backend={name}",
     "password_reset_confirm": "/accounts/reset/MQ/bad-token/",
     "ui:backend": "/backends/{name}/",
+    "user-detail": "/api/v1/users/{name}/",
+    "user-grant": "/api/v1/users/{name}/grant/",
+    "user-revoke": "/api/v1/users/{name}/revoke/",
 }
 
 
@@ -349,6 +358,10 @@ class World:
         return SimpleNamespace(pk=response.json()["id"])
 
     @cached_property
+    def person(self) -> SimpleNamespace:
+        return SimpleNamespace(pk=self.owner.pk, name=self.owner.get_username())
+
+    @cached_property
     def importing(self) -> EvaluationRun:
         return run_open_for_import(backend=self.baseline, tasks=["cs_summary"], actor=self.owner)
 
@@ -449,6 +462,8 @@ BODIES: dict[str, Body] = {
     "policy-dry-run POST": lambda w, ticket: {"ticket": ticket.pk},
     "route-set-route POST": lambda w, _: {"task": "tool_calling", "backend": w.baseline.name, "reason": "seed"},
     "token-list POST": lambda w, _: {"name": "deploy"},
+    "user-grant POST": lambda w, _: {"group": "reviewer:sre", "reason": "on call"},
+    "user-revoke POST": lambda w, _: {"group": "engineer", "reason": "moved teams"},
     "run-list POST": lambda w, _: {"backend": w.baseline.name, "tasks": ["cs_summary"]},
     "run-evidence POST": lambda w, _: {"kind": "vllm_bench", "task": "cs_summary", "file": _bench_document(w.baseline)},
     "flagger-confirm-promotion POST": lambda w, backend: {"name": "c", "metadata": {"backend": backend.name}},

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from accounts.services import group_grant
 from core.errors import DomainError, InvalidInput, NotAllowed
-from core.roles import REVIEWER, Actor, has_role, person
+from core.roles import CAPACITY_GROUP_PREFIX, REVIEWER, Actor, has_role, person
 from gates.models import (
     DecisionOutcome,
     GateDecision,
@@ -46,8 +46,6 @@ from gates.prefix_cache import CROSS_TENANT
 from gates.selectors.decisions import decision_current
 from gates.services.tickets import ticket_transition_within
 from ledger.services import ledger_append
-
-CAPACITY_GROUP_PREFIX = "reviewer:"
 
 
 def capacity_grant(*, actor: Actor, user: User, capacity: str) -> bool:
