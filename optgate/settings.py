@@ -231,6 +231,15 @@ OPTGATE_GITHUB_WEBHOOK_SECRET = env_str("OPTGATE_GITHUB_WEBHOOK_SECRET", "") or 
 OPTGATE_GITHUB_CALLBACK = env_bool("OPTGATE_GITHUB_CALLBACK", False)
 OPTGATE_METRICS_TOKEN = env_str("OPTGATE_METRICS_TOKEN", "") or ""
 
+# Anchoring the ledger (docs/ledger.md): checkpoints of the chain head signed with an Ed25519 key
+# that lives outside the database (a PEM file, or base64 of its seed in the environment), appended
+# as JSON lines to a directory outside it; verification trusts these public keys (base64, comma
+# separated: the current and every retired key whose checkpoints are kept).
+OPTGATE_LEDGER_SIGNING_KEY_FILE = env_str("OPTGATE_LEDGER_SIGNING_KEY_FILE", "") or ""
+OPTGATE_LEDGER_SIGNING_KEY = env_str("OPTGATE_LEDGER_SIGNING_KEY", "") or ""
+OPTGATE_LEDGER_CHECKPOINT_DIR = env_str("OPTGATE_LEDGER_CHECKPOINT_DIR", "") or ""
+OPTGATE_LEDGER_TRUSTED_KEYS = env_list("OPTGATE_LEDGER_TRUSTED_KEYS", [])
+
 # The gate: which policy judges (YAML under gates/policies/), which reviewer capacities each risk
 # tier needs (checked where it is used: gates.services.signoff), and the URL template of exported routes.
 OPTGATE_GATE_POLICY = env_str("OPTGATE_GATE_POLICY", "default") or "default"

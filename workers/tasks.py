@@ -18,6 +18,7 @@ from django.db import OperationalError, close_old_connections
 from core import queue
 from gates.services import evaluation, reviews
 from gates.services.notifications import TransientDeliveryError, notification_deliver
+from ledger import checkpoints
 from workers import services, sweeper
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,18 @@ def open_due_reviews() -> None:
 def remind_reviews() -> None:
     """Remind owners and reviewers of open reviews until they are done."""
     reviews.reviews_remind()
+
+
+@shared_task(name=queue.LEDGER_CHECKPOINT, **COMMON, soft_time_limit=120, time_limit=180)
+def ledger_checkpoint() -> None:
+    """Sign the ledger head and append the checkpoint outside the database (skipped, loudly, when unset)."""
+    if not checkpoints.signing_configured():
+        logger.warning(
+            "ledger checkpoint skipped: OPTGATE_LEDGER_SIGNING_KEY_FILE is not set; the ledger is not anchored"
+        )
+        return
+    checkpoint, path = checkpoints.checkpoint_write()
+    logger.info("ledger checkpoint #%s (key %s) appended to %s", checkpoint.seq, checkpoint.key_id, path)
 
 
 @worker_ready.connect
