@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import OperationalError, close_old_connections
 
 from core import queue
-from gates.services import evaluation, reviews
+from gates.services import evaluation, github, reviews
 from gates.services.notifications import TransientDeliveryError, notification_deliver
 from ledger import checkpoints
 from workers import services, sweeper
@@ -87,6 +87,21 @@ def check_ticket(ticket_id: int) -> None:
 def deliver_notification(notification_id: int) -> None:
     """Deliver one notification on its pending channels; transient failures come back later."""
     notification_deliver(notification_id=notification_id)
+
+
+@shared_task(
+    name=queue.DELIVER_GITHUB_CALLBACK,
+    **COMMON,
+    soft_time_limit=60,
+    time_limit=90,
+    autoretry_for=(TransientDeliveryError, *TRANSIENT),
+    retry_backoff=10,
+    retry_backoff_max=600,
+    max_retries=settings.OPTGATE_NOTIFY_MAX_ATTEMPTS,
+)
+def deliver_github_callback(callback_id: int) -> None:
+    """Post one deployment review to GitHub; transient failures come back later, others are final."""
+    github.github_callback_deliver(callback_id=callback_id)
 
 
 @shared_task(name=queue.SWEEP, **COMMON, soft_time_limit=120, time_limit=180)

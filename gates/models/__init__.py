@@ -1,7 +1,7 @@
 """The gates app's models, one module per part of the domain; imported here so Django finds them."""
 
 from gates.models.decisions import DecisionOutcome, GateDecision, ReasonCode, ReviewerCapacity, SignOff, SignOffVerdict
-from gates.models.notifications import Notification, NotificationAttempt
+from gates.models.notifications import GithubCallback, GithubCallbackAttempt, Notification, NotificationAttempt
 from gates.models.reviews import Review, ReviewOutcome, ReviewReason, ReviewStatus
 from gates.models.routes import Route, RouteTableVersion
 from gates.models.tickets import (
@@ -21,6 +21,8 @@ __all__ = [
     "Bottleneck",
     "DecisionOutcome",
     "GateDecision",
+    "GithubCallback",
+    "GithubCallbackAttempt",
     "IllegalTransition",
     "Mechanism",
     "Notification",
