@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -18,6 +19,13 @@ class RunStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     ERROR = "error"
     CANCELLED = "cancelled"
+
+
+class RunSource(models.TextChoices):
+    """Who produced a run's evidence: an OptGate worker measured it, or a person imported files."""
+
+    MEASURED = "measured"
+    IMPORTED = "imported"
 
 
 FINISHED_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.ERROR, RunStatus.CANCELLED})
@@ -54,6 +62,15 @@ class EvaluationRun(models.Model):
     error = models.TextField(blank=True)
     engine_evidence = models.JSONField(default=dict, blank=True)
     reused_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.CharField(max_length=10, choices=RunSource.choices, default=RunSource.MEASURED)
+    imported_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="who imported the evidence files (imported runs only)",
+    )
     deadline_at = models.DateTimeField(null=True, blank=True)
     queued_at = models.DateTimeField(default=timezone.now, help_text="when the run last became queued")
     sent_at = models.DateTimeField(

@@ -175,7 +175,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     # Benefit and guardrail metrics share one choice set; name it once.
-    "ENUM_NAME_OVERRIDES": {"MetricEnum": "gates.vocabulary.METRIC_CHOICES"},
+    "ENUM_NAME_OVERRIDES": {
+        "MetricEnum": "gates.vocabulary.METRIC_CHOICES",
+        "TicketStatusEnum": "gates.models.TicketStatus",
+    },
 }
 
 # Celery. The embedded default is kombu's SQLAlchemy transport on a SQLite file: no server.

@@ -93,6 +93,8 @@ def row(name: str, method: str, state: str, cells: str, variant: str = "") -> Ro
 # - ticket-detail PATCH: engineers pass the API permission; the service allows only owner/admin.
 # - ticket-sign-off: the owner never signs; admins are not reviewers, so they do not sign either.
 # - ticket-promote: promotion is for reviewers and admins, not the owner.
+# - ticket-accept-evidence: reviewers other than the owner; the "evaluated" ticket's runs were measured
+#   by OptGate, so a reviewer gets 409 (nothing to accept) where others are refused (403).
 # - start-canary / promote / roll-back (API and page): the routing services check the ticket's state
 #   before the actor, so on a ticket in the wrong state everyone gets 409; the rows use the right state.
 # - policy-validate / policy-dry-run: read-only checks that store nothing: every signed-in user.
@@ -130,6 +132,7 @@ MATRIX: tuple[Row, ...] = (
     row("ticket-roll-back",             "POST",  "canary",    "401   403   403   200   200   200"),
     row("ticket-decision",              "GET",   "evaluated", "401   200   200   200   200   200"),
     row("ticket-sign-off",              "POST",  "evaluated", "401   403   403   403   201   403"),
+    row("ticket-accept-evidence",       "POST",  "evaluated", "401   403   403   403   409   403"),
     row("ticket-evaluate",              "POST",  "draft",     "401   403   403   202   403   202"),
     row("ticket-cancel-evaluation",     "POST",  "draft",     "401   403   403   200   403   200"),
     row("ledger-list",                  "GET",   "entry",     "401   200   200   200   200   200"),
@@ -457,6 +460,7 @@ BODIES: dict[str, Body] = {
     "ticket-detail PATCH": lambda w, _: {"title": "Renamed"},
     "ticket-request-evidence POST": lambda w, _: {"reason": "run 200 more samples"},
     "ticket-roll-back POST": lambda w, _: {"reason": "p95 regressed on tenant-a"},
+    "ticket-accept-evidence POST": lambda w, ticket: {"run": ticket.candidate_run_id, "reason": "spot-checked"},
     "ticket-sign-off POST": lambda w, _: {"decision": "approve", "reason_code": "evidence_sufficient"},
     "policy-validate POST": lambda w, _: {"text": (Path(gates.__file__).parent / "policies/default.yaml").read_text()},
     "policy-dry-run POST": lambda w, ticket: {"ticket": ticket.pk},

@@ -24,6 +24,7 @@ from gates.forms.review import SignOffForm
 from gates.forms.tickets import REASON_CODES, TICKET_ERROR_FIELDS, TicketForm, TransitionForm
 from gates.models import Mechanism, ReleaseTicket, TicketStatus
 from gates.selectors.decisions import decision_current
+from gates.selectors.evidence import ticket_provenance
 from gates.selectors.tickets import task_types, ticket_get, ticket_list
 from gates.services import signoff
 from gates.services import tickets as services
@@ -174,6 +175,7 @@ def _ticket_page(
         "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
         "signoff": signoff_context(ticket, decision, user, signoff_form),
+        "provenance": ticket_provenance(ticket),
     }
     return render(request, "tickets/detail.html", context, status=status)
 
