@@ -171,4 +171,21 @@ def test_the_ticket_page_shows_who_produced_the_numbers(
     page = client_for(rita).get(f"/tickets/{ticket.pk}/")
     text = page.content.decode()
     assert "measured by OptGate" in text and "imported by erin" in text
-    assert "not yet accepted by another reviewer" in text
+    assert "not yet accepted by another reviewer" in text and "Accept this evidence" in text
+    assert "Accept this evidence" not in client_for(erin).get(f"/tickets/{ticket.pk}/").content.decode()
+
+
+def test_a_reviewer_accepts_the_owners_evidence_on_the_ticket_page(
+    erin: User, rita: User, baseline: Backend, candidate: Backend
+) -> None:
+    ticket = judged(erin, erin, baseline, candidate)
+    assert ticket.candidate_run is not None
+    url = f"/tickets/{ticket.pk}/accept-evidence/"
+    body = {"run": ticket.candidate_run.pk, "reason": ""}
+    assert client_for(rita).post(url, body).status_code == 400
+    assert client_for(erin).post(url, {**body, "reason": "mine"}).status_code == 403
+    done = client_for(rita).post(url, {**body, "reason": "compared against our own canary logs"})
+    assert done.status_code == 302
+    assert LedgerEntry.objects.get(kind="ticket.evidence_accepted").actor == rita
+    page = client_for(rita).get(f"/tickets/{ticket.pk}/").content.decode()
+    assert "accepted by rita: compared against our own canary logs" in page
