@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from accounts.models import ApiToken
@@ -15,3 +16,12 @@ def api_tokens_visible(*, actor: Actor) -> QuerySet[ApiToken]:
         return ApiToken.objects.none()
     tokens = ApiToken.objects.select_related("user")
     return tokens if has_role(user, ADMIN) else tokens.filter(user=user)
+
+
+def users_visible(*, actor: Actor) -> QuerySet[User]:
+    """People and their groups ``actor`` may see: everyone for an admin, otherwise only themselves."""
+    user = person(actor)
+    if user is None:
+        return User.objects.none()
+    people = User.objects.prefetch_related("groups").order_by("username")
+    return people if has_role(user, ADMIN) else people.filter(pk=user.pk)

@@ -1,7 +1,8 @@
 """Write paths of the accounts app: people and their roles, and API tokens.
 
-Users and roles: ``user_save`` creates or updates a person with one role (a Django group) and
-records it in the ledger; role grants never happen anywhere else.
+Users and roles: ``user_save`` creates or updates a person with one role (a Django group);
+``group_grant`` and ``group_revoke`` add or take away a role or a reviewer capacity. Each records
+itself in the ledger; commands, the admin and the API all grant through these, nowhere else.
 
 API tokens: issue, rotate, revoke and verify hashed keys.
 
@@ -29,7 +30,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from core.errors import DomainError, InvalidInput, NotAllowed
-from core.roles import ADMIN, ROLES, Actor, has_role, person
+from core.roles import ADMIN, GRANTABLE_GROUPS, ROLES, Actor, has_role, person
 from ledger.services import ledger_append
 
 logger = logging.getLogger(__name__)
@@ -259,21 +260,61 @@ def user_save(
     return user, created
 
 
-def group_grant(*, actor: Actor, user: User, group: str) -> bool:
-    """Add ``user`` to ``group`` (a role or a finer grant such as a reviewer capacity); True when new."""
+def _check_grantable(actor: Actor, group: str) -> None:
     if actor is not None and not has_role(actor, ADMIN):
-        raise NotAllowed("only admins grant roles")
+        raise NotAllowed("only admins grant and revoke roles")
+    if group not in GRANTABLE_GROUPS:
+        raise InvalidInput({"group": f"must be one of {', '.join(GRANTABLE_GROUPS)}"})
+
+
+def _record_grant(kind: str, *, actor: Actor, user: User, group: str, reason: str) -> None:
+    ledger_append(
+        kind=kind,
+        subject_type="user",
+        subject_id=user.pk,
+        subject_name=user.get_username(),
+        actor=actor,
+        payload={"username": user.get_username(), "group": group, "reason": reason},
+    )
+
+
+def group_grant(*, actor: Actor, user: User, group: str, reason: str = "") -> bool:
+    """Add ``user`` to ``group`` (a role or a reviewer capacity); True when new, ledgered.
+
+    Granting ``admin`` also makes the person Django staff and superuser, as ``user_save`` does.
+    """
+    _check_grantable(actor, group)
     with transaction.atomic(durable=True):
+        locked = User.objects.select_for_update().get(pk=user.pk)
         granted, _ = Group.objects.get_or_create(name=group)
-        if user.groups.filter(pk=granted.pk).exists():
+        if locked.groups.filter(pk=granted.pk).exists():
             return False
-        user.groups.add(granted)
-        ledger_append(
-            kind="user.group_granted",
-            subject_type="user",
-            subject_id=user.pk,
-            subject_name=user.get_username(),
-            actor=actor,
-            payload={"username": user.get_username(), "group": group},
-        )
+        locked.groups.add(granted)
+        if group == ADMIN:
+            User.objects.filter(pk=user.pk).update(is_staff=True, is_superuser=True)
+        _record_grant("user.group_granted", actor=actor, user=locked, group=group, reason=reason)
+    return True
+
+
+def group_revoke(*, actor: Actor, user: User, group: str, reason: str = "") -> bool:
+    """Take ``group`` away from ``user``; True when they had it, ledgered.
+
+    Revoking ``admin`` also drops staff and superuser; the last active admin keeps the role (409),
+    so somebody can always grant it again.
+    """
+    _check_grantable(actor, group)
+    with transaction.atomic(durable=True):
+        locked = User.objects.select_for_update().get(pk=user.pk)
+        held = locked.groups.filter(name=group).first()
+        if held is None:
+            return False
+        if group == ADMIN:
+            others = User.objects.filter(Q(groups__name=ADMIN) | Q(is_superuser=True), is_active=True).exclude(
+                pk=user.pk
+            )
+            if not others.exists():
+                raise DomainError(f"{user.get_username()} is the last admin; grant the role to someone else first")
+            User.objects.filter(pk=user.pk).update(is_staff=False, is_superuser=False)
+        locked.groups.remove(held)
+        _record_grant("user.group_revoked", actor=actor, user=locked, group=group, reason=reason)
     return True

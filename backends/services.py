@@ -12,8 +12,8 @@ from backends.engine_args import EngineArgsError, ensure_model_allowed, validate
 from backends.models import Backend
 from backends.vllm_check import validate_with_vllm_subprocess
 from core.canonical import canonical_json, json_problem
-from core.errors import DomainError, InvalidInput
-from core.roles import Actor, person
+from core.errors import DomainError, InvalidInput, NotAllowed
+from core.roles import ADMIN, ENGINEER, Actor, has_role, person
 from ledger.services import ledger_append
 
 
@@ -68,7 +68,10 @@ def backend_register(
     Registering the same configuration under the same name again returns the existing backend
     (so CI can re-run a pipeline); the same configuration under another name, or a taken name
     with another configuration, is a conflict: a changed configuration needs a new backend.
+    Engineers and admins register backends (``actor=None`` is an operator's command on the server).
     """
+    if actor is not None and not has_role(actor, ENGINEER, ADMIN):
+        raise NotAllowed("only engineers and admins register backends")
     for field, value in (
         ("sampling_params", sampling_params),
         ("prefix_cache_key_recipe", prefix_cache_key_recipe),

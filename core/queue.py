@@ -16,10 +16,12 @@ EVALUATE_RUN = "optgate.evaluate_run"
 EVALUATE_TICKET = "optgate.evaluate_ticket"
 CHECK_TICKET = "optgate.check_ticket"
 DELIVER_NOTIFICATION = "optgate.deliver_notification"
+DELIVER_GITHUB_CALLBACK = "optgate.deliver_github_callback"
 SWEEP = "optgate.sweep"
 CLOSE_OBSERVATION_WINDOWS = "optgate.close_observation_windows"
 OPEN_DUE_REVIEWS = "optgate.open_due_reviews"
 REMIND_REVIEWS = "optgate.remind_reviews"
+LEDGER_CHECKPOINT = "optgate.ledger_checkpoint"
 
 
 def enqueue(name: str, *args: Any, task_id: str | None = None) -> None:

@@ -9,6 +9,13 @@ REVIEWER = "reviewer"
 ADMIN = "admin"
 ROLES = (ENGINEER, REVIEWER, ADMIN)
 
+# Finer grants on top of the reviewer role: the capacities a reviewer may sign in
+# (``gates.models.ReviewerCapacity``; every reviewer signs as platform without a group).
+CAPACITY_GROUP_PREFIX = "reviewer:"
+CAPACITY_GROUPS = tuple(f"{CAPACITY_GROUP_PREFIX}{name}" for name in ("platform", "sre", "business_owner", "security"))
+# Every group ``accounts.services.group_grant`` hands out; nothing else confers a permission.
+GRANTABLE_GROUPS = (*ROLES, *CAPACITY_GROUPS)
+
 # Who acts: a person, an anonymous request, or None for the system itself (workers, schedules).
 Actor = User | AnonymousUser | None
 

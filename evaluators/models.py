@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -26,6 +27,13 @@ class RunErrorKind(models.TextChoices):
     NONE = "", "no error"
     START_FAILED = "start_failed", "the engine could not start with this configuration on this hardware"
     OTHER = "other", "the run broke (infrastructure, a dying engine, a timeout)"
+
+
+class RunSource(models.TextChoices):
+    """Who produced a run's evidence: an OptGate worker measured it, or a person imported files."""
+
+    MEASURED = "measured"
+    IMPORTED = "imported"
 
 
 FINISHED_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.ERROR, RunStatus.CANCELLED})
@@ -67,6 +75,15 @@ class EvaluationRun(models.Model):
     # alternating blocks (``evaluators.interleave``); each names the other and its own side.
     paired_run = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     pair_side = models.CharField(max_length=10, blank=True, help_text="baseline or candidate within its pair")
+    source = models.CharField(max_length=10, choices=RunSource.choices, default=RunSource.MEASURED)
+    imported_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="who imported the evidence files (imported runs only)",
+    )
     deadline_at = models.DateTimeField(null=True, blank=True)
     queued_at = models.DateTimeField(default=timezone.now, help_text="when the run last became queued")
     sent_at = models.DateTimeField(

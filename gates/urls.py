@@ -18,6 +18,7 @@ urlpatterns = [
     path("tickets/<int:pk>/edit/", tickets.ticket_edit, name="ticket-edit"),
     path("tickets/<int:pk>/action/", tickets.ticket_action, name="ticket-action"),
     path("tickets/<int:pk>/sign-off/", tickets.ticket_signoff, name="ticket-signoff"),
+    path("tickets/<int:pk>/accept-evidence/", tickets.ticket_accept_evidence, name="ticket-accept-evidence"),
     path("tickets/<int:pk>/samples/", tickets.ticket_samples, name="ticket-samples"),
     path("kv-calculator/", calculator.kv_calculator, name="kv-calculator"),
     path("routes/", routes.route_table, name="routes"),

@@ -175,7 +175,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     # Benefit and guardrail metrics share one choice set; name it once.
-    "ENUM_NAME_OVERRIDES": {"MetricEnum": "gates.vocabulary.METRIC_CHOICES"},
+    "ENUM_NAME_OVERRIDES": {
+        "MetricEnum": "gates.vocabulary.METRIC_CHOICES",
+        "TicketStatusEnum": "gates.models.TicketStatus",
+    },
 }
 
 # Celery. The embedded default is kombu's SQLAlchemy transport on a SQLite file: no server.
@@ -230,6 +233,15 @@ OPTGATE_HARDWARE_CLASS = env_str("OPTGATE_HARDWARE_CLASS", "cpu-generic") or "cp
 OPTGATE_GITHUB_WEBHOOK_SECRET = env_str("OPTGATE_GITHUB_WEBHOOK_SECRET", "") or ""
 OPTGATE_GITHUB_CALLBACK = env_bool("OPTGATE_GITHUB_CALLBACK", False)
 OPTGATE_METRICS_TOKEN = env_str("OPTGATE_METRICS_TOKEN", "") or ""
+
+# Anchoring the ledger (docs/ledger.md): checkpoints of the chain head signed with an Ed25519 key
+# that lives outside the database (a PEM file, or base64 of its seed in the environment), appended
+# as JSON lines to a directory outside it; verification trusts these public keys (base64, comma
+# separated: the current and every retired key whose checkpoints are kept).
+OPTGATE_LEDGER_SIGNING_KEY_FILE = env_str("OPTGATE_LEDGER_SIGNING_KEY_FILE", "") or ""
+OPTGATE_LEDGER_SIGNING_KEY = env_str("OPTGATE_LEDGER_SIGNING_KEY", "") or ""
+OPTGATE_LEDGER_CHECKPOINT_DIR = env_str("OPTGATE_LEDGER_CHECKPOINT_DIR", "") or ""
+OPTGATE_LEDGER_TRUSTED_KEYS = env_list("OPTGATE_LEDGER_TRUSTED_KEYS", [])
 
 # The gate: which policy judges (YAML under gates/policies/), which reviewer capacities each risk
 # tier needs (checked where it is used: gates.services.signoff), and the URL template of exported routes.

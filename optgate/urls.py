@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import ApiTokenViewSet
+from accounts.api_roles import PersonViewSet
 from accounts.views import RateLimitedLoginView
 from backends.api import BackendViewSet
 from gates.api import integrations
@@ -26,6 +27,7 @@ router.register("policies", PolicyViewSet, basename="policy")
 router.register("routes", RouteViewSet, basename="route")
 router.register("runs", RunViewSet, basename="run")
 router.register("tokens", ApiTokenViewSet, basename="token")
+router.register("users", PersonViewSet, basename="user")
 
 urlpatterns = [
     path("", include("gates.urls")),

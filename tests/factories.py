@@ -8,18 +8,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import numpy as np
+import time_machine
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from backends.models import Backend
 from core import queue
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
 from gates.models import ReleaseTicket, TaskType
-from gates.services import decisions
+from gates.services import decisions, routing, signoff
 from gates.services import tickets as services
 
 
@@ -234,6 +237,20 @@ def decided(outcome: str, owner: User, baseline: Any, candidate: Any, **override
     assert decision.outcome == outcome.removesuffix("_high_risk"), decision.reasons
     ticket.refresh_from_db()
     return ticket
+
+
+def serving_by_default(
+    owner: User, reviewer: User, admin: User, baseline: Backend, candidate: Backend
+) -> ReleaseTicket:
+    """A signed ``approve`` ticket promoted to default: cs_summary and code_assistant route to the candidate."""
+    for task in ("cs_summary", "code_assistant", "knowledge_qa"):
+        routing.routes_set(task=task, backend=baseline, actor=admin, reason="initial fleet")
+    ticket = decided("approve", owner, baseline, candidate)
+    assert signoff.signoff_record(ticket=ticket, actor=reviewer, verdict="approve", reason_code="evidence_sufficient")
+    ticket.refresh_from_db()
+    routing.routes_start_canary(ticket=ticket, actor=owner)
+    with time_machine.travel(timezone.now() + timedelta(hours=ticket.observation_window_hours + 1)):
+        return routing.routes_promote(ticket=ticket, actor=reviewer, reason="window clean")
 
 
 def form_body(baseline: Any, candidate: Any, **overrides: Any) -> dict[str, Any]:

@@ -70,6 +70,7 @@ _REFERENCES = {
     "backend": "backend-names",
     "ticket": "tickets",
     "task": "task-types",
+    "run": "runs",
 }
 _LIST_REFERENCES = {"tasks": "task-types", "beneficiary_tasks": "task-types", "risk_tasks": "task-types"}
 
@@ -164,6 +165,7 @@ def seeded(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pyte
                     "ledger": list(LedgerEntry.objects.values_list("pk", flat=True)[:20]),
                     "task-types": list(TaskType.objects.values_list("slug", flat=True)),
                     "policies": ["default", "default@3"],
+                    "users": list(User.objects.values_list("username", flat=True)),
                 }
             )
             yield admin
@@ -220,6 +222,7 @@ _TICKET_ACTIONS = (
     "promote",
     "roll_back",
     "retire",
+    "accept_evidence",
 )
 # (operation, status) → links: from the lists to their first item, and from a ticket to its actions.
 LINKS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
@@ -240,6 +243,10 @@ LINKS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("v1_runs_create", "201"): {"evidence": _link("v1_runs_evidence_create", id=_ID)},
     ("v1_backends_list", "200"): {"detail": _link("v1_backends_retrieve", id=_FIRST_ID)},
     ("v1_ledger_list", "200"): {"detail": _link("v1_ledger_retrieve", id=_FIRST_ID)},
+    ("v1_users_list", "200"): {
+        name: _link(f"v1_users_{name}", username="$response.body#/results/0/username")
+        for name in ("retrieve", "grant_create", "revoke_create")
+    },
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from backends import services
 from backends.models import Backend
-from core.errors import DomainError, InvalidInput
+from core.errors import DomainError, InvalidInput, NotAllowed
 from ledger.models import LedgerEntry
 from tests.factories import backend_fields
 
@@ -143,3 +143,18 @@ def test_it_refuses_malformed_engine_arguments_naming_the_option(
     assert field in caught.value.errors, caught.value.errors
     assert not Backend.objects.exists()
     assert not LedgerEntry.objects.exists()
+
+
+def test_only_engineers_and_admins_register_backends(
+    rita: Any, olga: Any, ada: Any, erin: Any, model_root: Path
+) -> None:
+    for person in (rita, olga):
+        with pytest.raises(NotAllowed, match="only engineers and admins register backends"):
+            services.backend_register(actor=person, **backend_fields(model_root, f"by-{person.username}"))
+    assert not Backend.objects.exists() and not LedgerEntry.objects.exists()
+    by_admin, created = services.backend_register(actor=ada, **backend_fields(model_root, "by-ada"))
+    assert created and by_admin.created_by == ada
+    by_operator, created = services.backend_register(
+        actor=None, **backend_fields(model_root, "by-operator", model_revision="r2")
+    )
+    assert created and by_operator.created_by is None

@@ -24,12 +24,13 @@ from django.db import connection, transaction
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
-from gates.models import GateDecision, ReleaseTicket, SignOff, TicketStatus
-from gates.services import decisions
+from core.errors import DomainError
+from gates.models import GateDecision, ReleaseTicket, Review, ReviewReason, RouteTableVersion, SignOff, TicketStatus
+from gates.services import decisions, reviews
 from ledger.models import LedgerEntry, LedgerHead
 from ledger.selectors import ledger_verify
 from ledger.services import ledger_append
-from tests.factories import scenario
+from tests.factories import scenario, serving_by_default
 
 # serialized_rollback: the transactional flush would otherwise drop the seeded task types and roles.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -172,6 +173,36 @@ def test_it_lets_exactly_one_of_fifty_concurrent_submits_move_the_ticket(erin: U
     assert ticket_kinds(draft) == {"ticket.filed": 1, "ticket.submitted": 1}
     submitted = LedgerEntry.objects.get(kind="ticket.submitted", subject_id=str(draft.pk))
     assert (submitted.payload["from"], submitted.payload["to"]) == ("draft", "submitted")
+    assert ledger_verify().ok
+
+
+def test_of_ten_reviewers_completing_one_review_at_once_one_rolls_back(
+    erin: User, rita: User, ada: User, baseline: Any, candidate: Any
+) -> None:
+    """Ten reviewers record a rollback of one review at once. The review row is locked before any
+    route moves, so one completion commits its route change, ticket move and ledger entries; the
+    other nine find it done (409) having moved nothing.
+    """
+    ticket = serving_by_default(erin, rita, ada, baseline, candidate)
+    review = reviews.review_open(ticket=ticket, reason=ReviewReason.QUARTERLY)
+    assert review is not None
+    people = reviewers(10)
+    versions = RouteTableVersion.objects.count()
+
+    def complete(index: int) -> str:
+        try:
+            reviews.review_complete(
+                review=Review.objects.get(pk=review.pk), outcome="rollback", actor=people[index], comment="drift"
+            )
+        except DomainError as exc:
+            return str(exc)
+        return "completed"
+
+    results = race(complete, writers=10)
+
+    assert Counter(results) == {"completed": 1, f"review #{review.pk} is already done": 9}
+    assert RouteTableVersion.objects.count() == versions + 1
+    assert (ticket_kinds(ticket)["review.completed"], ticket_kinds(ticket)["ticket.rolled_back"]) == (1, 1)
     assert ledger_verify().ok
 
 

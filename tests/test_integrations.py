@@ -18,12 +18,14 @@ from django.test import Client
 
 from accounts.services import api_token_issue
 from backends.models import Backend
+from core import queue
 from gates.api import integrations
-from gates.models import GateDecision, ReleaseTicket
+from gates.models import GateDecision, GithubCallback, ReleaseTicket
 from gates.selectors.verdicts import backend_verdict
 from gates.services import routing
 from gates.services import tickets as gate_services
-from tests.factories import store_run, ticket_fields
+from ledger.models import LedgerEntry
+from tests.factories import captured_tasks, store_run, ticket_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -250,7 +252,7 @@ def test_github_approves_a_deployment_of_an_approved_ticket(github_secret: str, 
     body = response.json()
     assert body["review"]["state"] == "approved" and body["review"]["environment_name"] == "production"
     assert body["review"]["comment"].startswith("OptGate approve for cand-approved")
-    assert body["delivered"] is False
+    assert body["callback_queued"] is False
 
 
 @pytest.mark.parametrize(
@@ -295,20 +297,34 @@ def test_the_signature_check_is_the_documented_hmac() -> None:
         integrations.github_signature_check(body=b"Hello, World?", header=documented, secret=SECRET)
 
 
-def test_github_sends_the_review_through_the_outbound_choke_point_when_enabled(
-    github_secret: str, settings: Any, approved: Backend, monkeypatch: pytest.MonkeyPatch
+def test_github_queues_the_review_for_a_worker_and_calls_nothing_in_the_request(
+    github_secret: str,
+    settings: Any,
+    approved: Backend,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
-    sent: list[tuple[str, dict[str, Any]]] = []
+    def no_outbound_call(url: str, payload: dict[str, Any], *, timeout_s: float) -> int:
+        raise AssertionError("the webhook request must not call GitHub")
 
-    def post_json(url: str, payload: dict[str, Any], *, timeout_s: float) -> int:
-        sent.append((url, payload))
-        return 204
-
-    monkeypatch.setattr("core.http.post_json", post_json)
+    monkeypatch.setattr("core.http.post_json", no_outbound_call)
     settings.OPTGATE_GITHUB_CALLBACK = True
-    body = deliver(github_event({"optgate_backend": approved.name})).json()
-    assert body["delivered"] is True and body["callback_status"] == 204
-    assert sent == [(github_event({})["deployment_callback_url"], body["review"])]
+    with captured_tasks() as sent, django_capture_on_commit_callbacks(execute=True):
+        body = deliver(github_event({"optgate_backend": approved.name})).json()
+    assert body["callback_queued"] is True
+    callback = GithubCallback.objects.get()
+    assert (callback.url, callback.review) == (github_event({})["deployment_callback_url"], body["review"])
+    assert not callback.attempts.exists()
+    sent[queue.DELIVER_GITHUB_CALLBACK].assert_called_once_with(callback.pk)
+    entry = LedgerEntry.objects.get(kind="integration.github_review")
+    assert entry.payload["review"]["state"] == "approved"
+
+
+def test_github_callbacks_go_only_to_https(github_secret: str, settings: Any, approved: Backend) -> None:
+    settings.OPTGATE_GITHUB_CALLBACK = True
+    event = {**github_event({"optgate_backend": approved.name}), "deployment_callback_url": "http://example.com/cb"}
+    assert deliver(event).json()["callback_queued"] is False
+    assert not GithubCallback.objects.exists()
 
 
 # --- route exports for gateways -----------------------------------------------------------------

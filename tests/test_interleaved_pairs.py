@@ -65,7 +65,7 @@ def test_chunks_cover_every_request_once() -> None:
 
 
 def test_engine_evidence_adds_counters_and_recomputes_rates_over_blocks() -> None:
-    blocks = [
+    blocks: list[dict[str, float | None]] = [
         {
             "prefix_cache_hits": 10.0,
             "prefix_cache_queries": 100.0,

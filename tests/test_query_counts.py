@@ -60,7 +60,7 @@ PINNED = {
     "/reviews/": 5,
     "/runs/active/": 4,
 }
-PINNED_TICKET_DETAIL = 6  # + the ticket's id, its row with owner and backends, its two task lists
+PINNED_TICKET_DETAIL = 8  # + the ticket's id, its row with owner and backends, its task lists, runs, acceptances
 PINNED_DECISION = 7  # + the ticket's id, the decision, its sign-offs with reviewers, one per signed verdict, history
 
 

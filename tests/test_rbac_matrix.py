@@ -93,12 +93,16 @@ def row(name: str, method: str, state: str, cells: str, variant: str = "") -> Ro
 # - ticket-detail PATCH: engineers pass the API permission; the service allows only owner/admin.
 # - ticket-sign-off: the owner never signs; admins are not reviewers, so they do not sign either.
 # - ticket-promote: promotion is for reviewers and admins, not the owner.
+# - ticket-accept-evidence: reviewers other than the owner; the "evaluated" ticket's runs were measured
+#   by OptGate, so a reviewer gets 409 (nothing to accept) where others are refused (403).
 # - start-canary / promote / roll-back (API and page): the routing services check the ticket's state
 #   before the actor, so on a ticket in the wrong state everyone gets 409; the rows use the right state.
 # - policy-validate / policy-dry-run: read-only checks that store nothing: every signed-in user.
 # - run-evidence / run-close: import runs have no owner; engineers and admins attach evidence.
 # - token-*: everyone manages their own API tokens; admins anyone's. The "token" state is a token of
 #   the owner's; others get 404, since they cannot see it.
+# - user-*: an admin sees and changes everyone's roles; anyone else sees only themselves (others: 404)
+#   and changes nothing (403). The "person" state is the owner.
 # - flagger: a gateway's token only (header or metadata.token); a session is not accepted.
 # - github: an HMAC signature only; without one every caller gets 401.
 # - metrics: aggregate counts for Prometheus, open unless OPTGATE_METRICS_TOKEN is set (row
@@ -128,6 +132,7 @@ MATRIX: tuple[Row, ...] = (
     row("ticket-roll-back",             "POST",  "canary",    "401   403   403   200   200   200"),
     row("ticket-decision",              "GET",   "evaluated", "401   200   200   200   200   200"),
     row("ticket-sign-off",              "POST",  "evaluated", "401   403   403   403   201   403"),
+    row("ticket-accept-evidence",       "POST",  "evaluated", "401   403   403   403   409   403"),
     row("ticket-evaluate",              "POST",  "draft",     "401   403   403   202   403   202"),
     row("ticket-cancel-evaluation",     "POST",  "draft",     "401   403   403   200   403   200"),
     row("ledger-list",                  "GET",   "entry",     "401   200   200   200   200   200"),
@@ -152,6 +157,10 @@ MATRIX: tuple[Row, ...] = (
     row("token-detail",                 "GET",   "token",     "401   404   404   200   404   200"),
     row("token-detail",                 "DELETE", "token",    "401   404   404   204   404   204"),
     row("token-rotate",                 "POST",  "token",     "401   404   404   201   404   201"),
+    row("user-list",                    "GET",   "-",         "401   200   200   200   200   200"),
+    row("user-detail",                  "GET",   "person",    "401   404   404   200   404   200"),
+    row("user-grant",                   "POST",  "person",    "401   404   404   403   404   200"),
+    row("user-revoke",                  "POST",  "person",    "401   404   404   403   404   200"),
     # ---- integrations, probes, API description ---------------------------------------------------
     row("argo-verdict",                 "GET",   "backend",   "401   200   200   200   200   200"),
     row("flagger-confirm-promotion",    "POST",  "backend",   "401   401   401   401   401   401"),
@@ -195,6 +204,7 @@ MATRIX: tuple[Row, ...] = (
     row("ui:ticket-action",             "POST",  "canary",    "login 403   403   302   302   302", "roll_back"),
     row("ui:ticket-action",             "POST",  "default",   "login 403   403   403   302   302", "retire"),
     row("ui:ticket-signoff",            "POST",  "evaluated", "login 403   403   403   302   403"),
+    row("ui:ticket-accept-evidence",    "POST",  "evaluated", "login 403   403   403   409   403"),
     row("ui:ticket-samples",            "GET",   "evaluated", "login 200   200   200   200   200"),
     row("ui:kv-calculator",             "GET",   "-",         "login 200   200   200   200   200"),
     row("ui:routes",                    "GET",   "routes",    "login 200   200   200   200   200"),
@@ -219,6 +229,9 @@ PATHS = {
     "argo-verdict": "/api/v1/integrations/argo/verdict/?backend={name}",
     "password_reset_confirm": "/accounts/reset/MQ/bad-token/",
     "ui:backend": "/backends/{name}/",
+    "user-detail": "/api/v1/users/{name}/",
+    "user-grant": "/api/v1/users/{name}/grant/",
+    "user-revoke": "/api/v1/users/{name}/revoke/",
 }
 
 
@@ -349,6 +362,10 @@ class World:
         return SimpleNamespace(pk=response.json()["id"])
 
     @cached_property
+    def person(self) -> SimpleNamespace:
+        return SimpleNamespace(pk=self.owner.pk, name=self.owner.get_username())
+
+    @cached_property
     def importing(self) -> EvaluationRun:
         return run_open_for_import(backend=self.baseline, tasks=["cs_summary"], actor=self.owner)
 
@@ -444,11 +461,14 @@ BODIES: dict[str, Body] = {
     "ticket-detail PATCH": lambda w, _: {"title": "Renamed"},
     "ticket-request-evidence POST": lambda w, _: {"reason": "run 200 more samples"},
     "ticket-roll-back POST": lambda w, _: {"reason": "p95 regressed on tenant-a"},
+    "ticket-accept-evidence POST": lambda w, ticket: {"run": ticket.candidate_run_id, "reason": "spot-checked"},
     "ticket-sign-off POST": lambda w, _: {"decision": "approve", "reason_code": "evidence_sufficient"},
     "policy-validate POST": lambda w, _: {"text": (Path(gates.__file__).parent / "policies/default.yaml").read_text()},
     "policy-dry-run POST": lambda w, ticket: {"ticket": ticket.pk},
     "route-set-route POST": lambda w, _: {"task": "tool_calling", "backend": w.baseline.name, "reason": "seed"},
     "token-list POST": lambda w, _: {"name": "deploy"},
+    "user-grant POST": lambda w, _: {"group": "reviewer:sre", "reason": "on call"},
+    "user-revoke POST": lambda w, _: {"group": "engineer", "reason": "moved teams"},
     "run-list POST": lambda w, _: {"backend": w.baseline.name, "tasks": ["cs_summary"]},
     "run-evidence POST": lambda w, _: {"kind": "vllm_bench", "task": "cs_summary", "file": _bench_document(w.baseline)},
     "flagger-confirm-promotion POST": lambda w, backend: {"name": "c", "metadata": {"backend": backend.name}},
@@ -466,6 +486,7 @@ BODIES: dict[str, Body] = {
     "ui:ticket-action POST promote": lambda w, _: {"action": "promote"},
     "ui:ticket-action POST roll_back": lambda w, _: {"action": "roll_back", "comment": "p95 regressed"},
     "ui:ticket-action POST retire": lambda w, _: {"action": "retire"},
+    "ui:ticket-accept-evidence POST": lambda w, ticket: {"run": ticket.candidate_run_id, "reason": "spot-checked"},
     "ui:ticket-signoff POST": lambda w, _: {"verdict": "approve", "reason_code": "evidence_sufficient"},
     "ui:review-outcome POST": lambda w, review: {f"review-{review.pk}-outcome": "keep_default"},
     "ui:backend-new POST": lambda w, _: _backend_form(w),

@@ -60,6 +60,7 @@ def test_every_schedule_is_installed_once_and_again_idempotently() -> None:
         "optgate.close_observation_windows",
         "optgate.open_due_reviews",
         "optgate.remind_reviews",
+        "optgate.ledger_checkpoint",
     }
 
 

@@ -65,4 +65,10 @@ SCHEDULES: tuple[Schedule, ...] = (
         Cron(minute="30", hour="9"),
         "remind owners and reviewers of open reviews until they are done",
     ),
+    Schedule(
+        "optgate: ledger checkpoint",
+        queue.LEDGER_CHECKPOINT,
+        Cron(minute="13"),
+        "sign the ledger head with the key outside the database and append it to the checkpoint directory",
+    ),
 )

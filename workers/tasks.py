@@ -16,8 +16,9 @@ from django.conf import settings
 from django.db import OperationalError, close_old_connections
 
 from core import queue
-from gates.services import evaluation, reviews
+from gates.services import evaluation, github, reviews
 from gates.services.notifications import TransientDeliveryError, notification_deliver
+from ledger import checkpoints
 from workers import services, sweeper
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,21 @@ def deliver_notification(notification_id: int) -> None:
     notification_deliver(notification_id=notification_id)
 
 
+@shared_task(
+    name=queue.DELIVER_GITHUB_CALLBACK,
+    **COMMON,
+    soft_time_limit=60,
+    time_limit=90,
+    autoretry_for=(TransientDeliveryError, *TRANSIENT),
+    retry_backoff=10,
+    retry_backoff_max=600,
+    max_retries=settings.OPTGATE_NOTIFY_MAX_ATTEMPTS,
+)
+def deliver_github_callback(callback_id: int) -> None:
+    """Post one deployment review to GitHub; transient failures come back later, others are final."""
+    github.github_callback_deliver(callback_id=callback_id)
+
+
 @shared_task(name=queue.SWEEP, **COMMON, soft_time_limit=120, time_limit=180)
 def sweep() -> None:
     """Re-queue or fail stuck runs, dispatch forgotten tickets, re-check finished evaluations."""
@@ -112,6 +128,18 @@ def open_due_reviews() -> None:
 def remind_reviews() -> None:
     """Remind owners and reviewers of open reviews until they are done."""
     reviews.reviews_remind()
+
+
+@shared_task(name=queue.LEDGER_CHECKPOINT, **COMMON, soft_time_limit=120, time_limit=180)
+def ledger_checkpoint() -> None:
+    """Sign the ledger head and append the checkpoint outside the database (skipped, loudly, when unset)."""
+    if not checkpoints.signing_configured():
+        logger.warning(
+            "ledger checkpoint skipped: OPTGATE_LEDGER_SIGNING_KEY_FILE is not set; the ledger is not anchored"
+        )
+        return
+    checkpoint, path = checkpoints.checkpoint_write()
+    logger.info("ledger checkpoint #%s (key %s) appended to %s", checkpoint.seq, checkpoint.key_id, path)
 
 
 @worker_ready.connect

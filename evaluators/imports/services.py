@@ -12,11 +12,11 @@ from django.db import transaction
 from backends.models import Backend
 from core.canonical import canonical_json, sha256_hex
 from core.errors import DomainError, InvalidInput
-from core.roles import Actor
+from core.roles import Actor, person
 from evaluators import pipeline
 from evaluators.imports.matching import check_bench_matches, check_lm_eval_matches
 from evaluators.imports.parsing import IMPORT_PHASE, LM_EVAL, VLLM_BENCH, parse_lm_eval, parse_vllm_bench
-from evaluators.models import EvaluationRun, RunStatus, TaskResult
+from evaluators.models import EvaluationRun, RunSource, RunStatus, TaskResult
 from evaluators.services import run_reuse_key, samples_replace
 from evaluators.suites import get_suite
 from ledger.services import ledger_append
@@ -53,6 +53,8 @@ def run_open_for_import(
             status=RunStatus.RUNNING,
             phase=IMPORT_PHASE,
             deadline_at=None,
+            source=RunSource.IMPORTED,
+            imported_by=person(actor),
         )
         ledger_append(
             kind="evaluation.import_opened",

@@ -11,8 +11,9 @@
   receives the ``deployment_protection_rule`` event, checks ``X-Hub-Signature-256`` against
   ``settings.OPTGATE_GITHUB_WEBHOOK_SECRET``, decides from the ticket or backend named in the
   deployment payload, and builds the review GitHub's ``deployment_callback_url`` expects
-  (``{environment_name, state: approved|rejected, comment}``). Delivery goes through the
-  project's one outbound HTTP call and only when ``settings.OPTGATE_GITHUB_CALLBACK`` is on.
+  (``{environment_name, state: approved|rejected, comment}``). When
+  ``settings.OPTGATE_GITHUB_CALLBACK`` is on, the review is recorded and a worker posts it
+  (``gates.services.github``, retries on transient failures); the request does no outbound call.
 
 The verdict is the reviewers' signed (binding) one. A proposal nobody has signed yet, a ticket
 still evaluating, or one that needs evidence never allows anything.
@@ -39,9 +40,9 @@ from rest_framework.response import Response
 
 from accounts.authentication import key_from_header
 from accounts.services import TokenRejected, api_token_authenticate, key_prefix
-from core import http
 from gates.selectors.tickets import ticket_get
 from gates.selectors.verdicts import backend_verdict
+from gates.services.github import github_callback_record
 
 logger = logging.getLogger(__name__)
 
@@ -175,18 +176,18 @@ def github_review(event: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def github_callback_send(url: str, review: dict[str, Any]) -> int | None:
-    """Deliver the review to GitHub through the project's one outbound HTTP call, when enabled.
+def github_callback_queue(url: str, review: dict[str, Any], delivery_id: str) -> int | None:
+    """Record the review for a worker to post to GitHub, when callbacks are enabled; its id, or None.
 
-    Returns the response status, or None when delivery is off (the default: no network from here
-    unless an operator turns it on and lets this host reach GitHub).
+    Off by default (no network from OptGate unless an operator lets it reach GitHub); only https
+    callback URLs are accepted. The request never waits on GitHub: ``gates.services.github``.
     """
     if not settings.OPTGATE_GITHUB_CALLBACK:
         return None
     if not url.startswith("https://"):
         logger.warning("not sending a deployment review to a non-https callback %r", url)
         return None
-    return http.post_json(url, review, timeout_s=float(settings.OPTGATE_NOTIFY_TIMEOUT_S))
+    return github_callback_record(url=url, review=review, delivery_id=delivery_id).pk
 
 
 @csrf_exempt
@@ -211,10 +212,9 @@ def github_deployment_protection(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"detail": "only action=requested is answered"}, status=202)
     review = github_review(event)
     callback = str(event.get("deployment_callback_url") or "")
-    sent = github_callback_send(callback, review) if callback else None
-    return JsonResponse(
-        {"review": review, "callback_url": callback, "delivered": sent is not None, "callback_status": sent}
-    )
+    delivery = request.headers.get("X-GitHub-Delivery", "")
+    queued = github_callback_queue(callback, review, delivery) if callback else None
+    return JsonResponse({"review": review, "callback_url": callback, "callback_queued": queued is not None})
 
 
 # Route table exports for gateways live on the routes API (``/api/v1/routes/export/?format=json|litellm``).

@@ -59,6 +59,9 @@ class TaskResultBriefSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     backend: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    imported_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, help_text="who imported the evidence; null when OptGate measured it"
+    )
     task_results = TaskResultBriefSerializer(many=True, read_only=True)
 
     class Meta:
@@ -76,6 +79,8 @@ class RunSerializer(serializers.ModelSerializer):
             "progress",
             "error",
             "reused_from",
+            "source",
+            "imported_by",
             "created_at",
             "started_at",
             "finished_at",

@@ -15,10 +15,14 @@ from rest_framework.response import Response
 
 from backends.models import Backend
 from core.api import IsEngineerOrReadOnly, StrictInputSerializer, idempotent_create
+from core.errors import InvalidInput
+from evaluators.models import EvaluationRun
 from gates.api.decisions import SignOffInputSerializer, ticket_decision, ticket_sign_off
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TaskType, TicketStatus
+from gates.selectors.evidence import ticket_provenance
 from gates.selectors.tickets import TICKET_FIELDS, action_paths, ticket_list, ticket_rows, ticket_shown
 from gates.services.actions import ticket_action_take
+from gates.services.provenance import evidence_accept
 from gates.services.tickets import ticket_create, ticket_update
 from gates.vocabulary import METRICS
 
@@ -101,6 +105,34 @@ class TicketSerializer(serializers.ModelSerializer):
         return action_paths(ticket.status)
 
 
+class ProvenanceSerializer(serializers.Serializer):
+    """Who produced one of the ticket's runs (``gates.selectors.evidence.ticket_provenance``)."""
+
+    role = serializers.ChoiceField(choices=["baseline", "candidate"])
+    run = serializers.IntegerField()
+    # DRF's metaclass takes declared fields off the class, so this does not shadow Field.source.
+    source = serializers.ChoiceField(choices=["optgate_worker", "import"])  # type: ignore[assignment]
+    imported_by = serializers.CharField(allow_null=True)
+    files = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField()), help_text="task → {quality|performance: sha256}"
+    )
+    owner_imported = serializers.BooleanField()
+    accepted = serializers.DictField(allow_null=True, help_text="{by, reason, at} once another reviewer accepted it")
+
+
+class TicketDetailSerializer(TicketSerializer):
+    provenance = ProvenanceSerializer(many=True, read_only=True)
+
+    class Meta(TicketSerializer.Meta):
+        fields = [*TICKET_FIELDS, "provenance"]
+        read_only_fields = fields
+
+
+class EvidenceAcceptSerializer(StrictInputSerializer):
+    run = serializers.IntegerField(min_value=1, max_value=2**62, help_text="the owner-imported run to accept")
+    reason = serializers.CharField(max_length=2000, help_text="why this imported evidence can be trusted")
+
+
 class TransitionSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
@@ -149,6 +181,14 @@ def _transition_action(name: str) -> Any:
     return extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})(routed)
 
 
+def _with_provenance(ticket: ReleaseTicket) -> dict[str, Any]:
+    """The ticket as the API shows it, with who produced each of its runs."""
+    shown = ticket_shown(ticket)
+    runs = ReleaseTicket.objects.select_related("baseline_run__imported_by", "candidate_run__imported_by")
+    shown["provenance"] = ticket_provenance(runs.get(pk=ticket.pk))
+    return shown
+
+
 class TicketViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -180,8 +220,9 @@ class TicketViewSet(
         page = self.paginate_queryset(tickets.values_list("pk", flat=True))
         return self.get_paginated_response(ticket_rows(ReleaseTicket.objects.filter(pk__in=page)))
 
+    @extend_schema(responses={200: TicketDetailSerializer})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(ticket_shown(self.get_object()))
+        return Response(_with_provenance(self.get_object()))
 
     def get_permissions(self) -> Sequence[Any]:
         # Transition actions are open to every signed-in role; the service decides who may act.
@@ -265,6 +306,19 @@ class TicketViewSet(
     def sign_off(self, request: Request, pk: str | None = None) -> Response:
         """Sign off the current decision: {decision, reason_code, comment, override_reason, capacity, tasks}."""
         return ticket_sign_off(request, self.get_object())
+
+    @extend_schema(request=EvidenceAcceptSerializer, responses={201: TicketDetailSerializer})
+    @action(detail=True, methods=["post"], url_path="accept-evidence", permission_classes=[permissions.IsAuthenticated])
+    def accept_evidence(self, request: Request, pk: str | None = None) -> Response:
+        """Accept evidence the owner imported so it may approve (reviewers other than the owner; ledgered)."""
+        body = EvidenceAcceptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ticket = self.get_object()
+        run = EvaluationRun.objects.filter(pk=body.validated_data["run"]).select_related("imported_by").first()
+        if run is None:
+            raise InvalidInput({"run": f"no run #{body.validated_data['run']}"})
+        evidence_accept(ticket=ticket, run=run, actor=request.user, reason=body.validated_data["reason"])
+        return Response(_with_provenance(ticket), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={202: TicketSerializer})
     @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])

@@ -1,7 +1,15 @@
 """The gates app's models, one module per part of the domain; imported here so Django finds them."""
 
-from gates.models.decisions import DecisionOutcome, GateDecision, ReasonCode, ReviewerCapacity, SignOff, SignOffVerdict
-from gates.models.notifications import Notification, NotificationAttempt
+from gates.models.decisions import (
+    DecisionOutcome,
+    EvidenceAcceptance,
+    GateDecision,
+    ReasonCode,
+    ReviewerCapacity,
+    SignOff,
+    SignOffVerdict,
+)
+from gates.models.notifications import GithubCallback, GithubCallbackAttempt, Notification, NotificationAttempt
 from gates.models.reviews import Review, ReviewOutcome, ReviewReason, ReviewStatus
 from gates.models.routes import Route, RouteTableVersion
 from gates.models.tickets import (
@@ -20,7 +28,10 @@ __all__ = [
     "TRANSITIONS",
     "Bottleneck",
     "DecisionOutcome",
+    "EvidenceAcceptance",
     "GateDecision",
+    "GithubCallback",
+    "GithubCallbackAttempt",
     "IllegalTransition",
     "Mechanism",
     "Notification",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from gates.models.tickets import ReleaseTicket
 
@@ -99,3 +100,21 @@ class SignOff(models.Model):
 
     def __str__(self) -> str:
         return f"{self.verdict} by {self.reviewer_id} ({self.capacity}) on decision #{self.decision_id}"
+
+
+class EvidenceAcceptance(models.Model):
+    """A reviewer's acceptance of imported evidence the ticket's owner supplied (see the policy's
+    ``evidence.owner_imported``): until one exists, that evidence informs but approves nothing."""
+
+    ticket = models.ForeignKey("gates.ReleaseTicket", on_delete=models.CASCADE, related_name="evidence_acceptances")
+    run = models.ForeignKey("evaluators.EvaluationRun", on_delete=models.PROTECT, related_name="+")
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    reason = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["ticket", "run"], name="unique_evidence_acceptance")]
+
+    def __str__(self) -> str:
+        return f"run #{self.run_id} accepted for ticket #{self.ticket_id}"

@@ -60,3 +60,42 @@ class NotificationAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} try {self.number} of notification #{self.notification_id}"
+
+
+class GithubCallback(models.Model):
+    """A deployment review owed to GitHub (``deployment_callback_url``), delivered by a worker.
+
+    The webhook request only records it; ``optgate.deliver_github_callback`` posts it, one
+    ``GithubCallbackAttempt`` per try, retrying transient failures only.
+    """
+
+    url = models.URLField(max_length=500)
+    review = models.JSONField(help_text="the body GitHub expects: environment_name, state, comment")
+    delivery_id = models.CharField(max_length=100, blank=True, help_text="GitHub's X-GitHub-Delivery header")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    given_up_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"GitHub review {self.review.get('state')} for {self.review.get('environment_name')}"
+
+
+class GithubCallbackAttempt(models.Model):
+    """One try to deliver a GitHub callback, kept whether it worked or not."""
+
+    callback = models.ForeignKey(GithubCallback, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    ok = models.BooleanField()
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["callback", "number"]
+        constraints = [models.UniqueConstraint(fields=["callback", "number"], name="unique_github_callback_attempt")]
+
+    def __str__(self) -> str:
+        return f"try {self.number} of GitHub callback #{self.callback_id}"

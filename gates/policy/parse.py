@@ -23,11 +23,13 @@ from gates.policy.rules import (
     MAX_N_BOOT,
     MAX_REPORTED_ERRORS,
     MECHANISMS,
+    OWNER_IMPORTED_CHOICES,
     POLICY_DIR,
     POLICY_NAME,
     QUANTIZATION_MECHANISMS,
     TASK_NAME,
     BottleneckRule,
+    EvidenceRule,
     MeasurementRule,
     MetricRule,
     MinSamples,
@@ -269,7 +271,18 @@ def policy_from_dict(document: Any, source: str | None = None) -> Policy:
 
 
 def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
-    top = {"name", "version", "dry_run", "description", "tasks", "mechanisms", "bottlenecks", "measurement", "stats"}
+    top = {
+        "name",
+        "version",
+        "dry_run",
+        "description",
+        "tasks",
+        "mechanisms",
+        "bottlenecks",
+        "measurement",
+        "evidence",
+        "stats",
+    }
     raw = v.mapping(document, "", top, {"name", "version", "tasks"})
     if not raw:
         if not v.errors:
@@ -297,6 +310,10 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
             measurement_raw.get("max_delivery_shift_ms"), "measurement.max_delivery_shift_ms", 0, 60_000, 20.0
         )
     )
+    evidence_raw = v.mapping(raw.get("evidence") or {}, "evidence", {"owner_imported"})
+    owner_imported = v.string(evidence_raw.get("owner_imported"), "evidence.owner_imported", "inform")
+    if owner_imported not in OWNER_IMPORTED_CHOICES:
+        v.error("evidence.owner_imported", f"must be one of {', '.join(OWNER_IMPORTED_CHOICES)}")
     stats_raw = v.mapping(raw.get("stats") or {}, "stats", {"n_boot", "seed"})
     policy = Policy(
         name=name,
@@ -309,6 +326,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         quantization=quantization,
         bottlenecks=_bottlenecks(v, raw.get("bottlenecks")),
         measurement=measurement,
+        evidence=EvidenceRule(owner_imported=owner_imported),
         n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000, high=MAX_N_BOOT),
         seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
         source=source,

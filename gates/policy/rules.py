@@ -118,6 +118,21 @@ class MeasurementRule:
     max_delivery_shift_ms: float = 20.0
 
 
+OWNER_IMPORTED_CHOICES = ("inform", "approve")
+
+
+@dataclass(frozen=True)
+class EvidenceRule:
+    """What evidence a person imported (rather than OptGate measured) may do.
+
+    ``owner_imported: inform`` (the default): evidence the ticket's own owner imported informs the
+    decision, but no reviewer approves or restricts on it until a reviewer other than the owner
+    has accepted it, with a reason. ``approve``: it counts like measured evidence.
+    """
+
+    owner_imported: str = "inform"
+
+
 @dataclass(frozen=True)
 class Policy:
     """A validated, versioned gate policy."""
@@ -132,6 +147,7 @@ class Policy:
     quantization: Mapping[str, QuantizationRule]
     bottlenecks: Mapping[str, BottleneckRule]
     measurement: MeasurementRule = field(default_factory=MeasurementRule)
+    evidence: EvidenceRule = field(default_factory=EvidenceRule)
     n_boot: int = 2000
     seed: int = 0
     source: str | None = field(default=None, compare=False)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from evaluators.models import EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
-from evaluators.selectors import request_latencies_ms
+from evaluators.models import EvaluationRun, RunErrorKind, RunSource, RunStatus, SampleRecord, TaskResult
+from evaluators.selectors import request_latencies_ms, run_provenance
 from gates.judge.records import RequestTiming
 from gates.judge.verdicts import RunTaskEvidence
+from gates.models import EvidenceAcceptance, ReleaseTicket
 
 
 def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
@@ -106,3 +108,46 @@ def sample_records(run_ids: list[int], keys: list[tuple[str, str]]) -> dict[tupl
         run_id__in=run_ids, task__in={t for t, _ in keys}, sample_id__in={s for _, s in keys}
     )
     return {(r.task, r.sample_id, r.run_id): r for r in records}
+
+
+def ticket_runs(ticket: ReleaseTicket) -> list[tuple[str, EvaluationRun]]:
+    """The ticket's evidence runs by role (baseline, candidate), those it has."""
+    runs = (("baseline", ticket.baseline_run), ("candidate", ticket.candidate_run))
+    return [(role, run) for role, run in runs if run is not None]
+
+
+def _imported_by_owner(ticket: ReleaseTicket, run: EvaluationRun) -> bool:
+    return run.source == RunSource.IMPORTED and run.imported_by_id == ticket.owner_id
+
+
+def owner_imported_unaccepted(ticket: ReleaseTicket, runs: Iterable[EvaluationRun | None]) -> list[EvaluationRun]:
+    """Those of ``runs`` whose evidence the ticket's owner imported and no other reviewer accepted yet."""
+    owned = [
+        r for r in runs if r is not None and r.source == RunSource.IMPORTED and r.imported_by_id == ticket.owner_id
+    ]
+    accepted = set(EvidenceAcceptance.objects.filter(ticket=ticket, run__in=owned).values_list("run_id", flat=True))
+    return [run for run in owned if run.pk not in accepted]
+
+
+def ticket_provenance(ticket: ReleaseTicket) -> list[dict[str, Any]]:
+    """Who produced each of the ticket's runs, whether the owner imported it, and who accepted it."""
+    acceptances = {a.run_id: a for a in EvidenceAcceptance.objects.filter(ticket=ticket).select_related("accepted_by")}
+    rows = []
+    for role, run in ticket_runs(ticket):
+        acceptance = acceptances.get(run.pk)
+        rows.append(
+            {
+                "role": role,
+                "run": run.pk,
+                **run_provenance(run),
+                "owner_imported": _imported_by_owner(ticket, run),
+                "accepted": None
+                if acceptance is None
+                else {
+                    "by": acceptance.accepted_by.get_username(),
+                    "reason": acceptance.reason,
+                    "at": acceptance.created_at.isoformat(),
+                },
+            }
+        )
+    return rows

@@ -33,9 +33,17 @@ def review_open(
     *, ticket: ReleaseTicket, reason: str, details: dict[str, object] | None = None, due_at: datetime | None = None
 ) -> Review | None:
     """Open a review and notify the owner and reviewers; None when one is already open for this reason."""
+    with transaction.atomic(durable=True):
+        return _review_open_within(ticket=ticket, reason=reason, details=details, due_at=due_at)
+
+
+def _review_open_within(
+    *, ticket: ReleaseTicket, reason: str, details: dict[str, object] | None = None, due_at: datetime | None = None
+) -> Review | None:
     now = timezone.now()
     try:
-        with transaction.atomic(durable=True):
+        # A savepoint: a duplicate open review (the constraint) undoes only this, not the caller's work.
+        with transaction.atomic():
             review = Review.objects.create(
                 ticket=ticket,
                 reason=reason,
@@ -43,29 +51,29 @@ def review_open(
                 due_at=due_at or now + timedelta(days=settings.OPTGATE_REVIEW_DUE_DAYS),
                 last_reminded_at=now,
             )
-            ledger_append(
-                kind="review.opened",
-                subject_type="ticket",
-                subject_id=ticket.pk,
-                subject_name=ticket.title,
-                actor=None,
-                payload={
-                    "review": review.pk,
-                    "reason": reason,
-                    "details": details or {},
-                    "due_at": review.due_at.isoformat(),
-                },
-            )
-            notify(
-                event="review.opened",
-                subject=f"Review due for ticket #{ticket.pk} ({reason.replace('_', ' ')})",
-                text=f"{ticket.title} ({ticket.status}) needs a {reason.replace('_', ' ')} review by "
-                f"{review.due_at:%Y-%m-%d}: keep default, restrict, roll back or observe more.",
-                users=[ticket.owner, *_reviewers()],
-                ticket=ticket,
-            )
     except IntegrityError:
         return None
+    ledger_append(
+        kind="review.opened",
+        subject_type="ticket",
+        subject_id=ticket.pk,
+        subject_name=ticket.title,
+        actor=None,
+        payload={
+            "review": review.pk,
+            "reason": reason,
+            "details": details or {},
+            "due_at": review.due_at.isoformat(),
+        },
+    )
+    notify(
+        event="review.opened",
+        subject=f"Review due for ticket #{ticket.pk} ({reason.replace('_', ' ')})",
+        text=f"{ticket.title} ({ticket.status}) needs a {reason.replace('_', ' ')} review by "
+        f"{review.due_at:%Y-%m-%d}: keep default, restrict, roll back or observe more.",
+        users=[ticket.owner, *_reviewers()],
+        ticket=ticket,
+    )
     return review
 
 
@@ -211,10 +219,12 @@ def backends_recheck() -> list[Review]:
 def review_complete(
     *, review: Review, outcome: str, actor: User, comment: str = "", restrict_tasks: list[str] | None = None
 ) -> Review:
-    """Record a review's outcome and apply it, each change with its ledger entry.
+    """Record a review's outcome and apply it: all of it commits in one transaction or none of it does.
 
     keep_default changes nothing; restrict moves the named tasks back to the baseline route;
     rollback rolls the ticket back; observe_more opens a follow-up review of the same reason.
+    The review row is locked first, so of two concurrent completions one wins and the other
+    raises ``DomainError`` (HTTP 409) without having moved a route.
     """
     if outcome not in ReviewOutcome.values:
         raise InvalidInput({"outcome": f"must be one of {', '.join(ReviewOutcome.values)}"})
@@ -222,28 +232,28 @@ def review_complete(
         raise NotAllowed("reviews are completed by reviewers")
     if review.ticket.owner_id == actor.pk:
         raise NotAllowed("the ticket's owner cannot review their own optimization")
-    if review.status != ReviewStatus.OPEN:
-        raise DomainError(f"review #{review.pk} is already {review.status}")
-    ticket = review.ticket
     if outcome == ReviewOutcome.RESTRICT and not restrict_tasks:
         raise InvalidInput({"restrict_tasks": "name the tasks to move back to the baseline"})
-    applied: dict[str, object] = {}
-    if outcome in (ReviewOutcome.ROLLBACK, ReviewOutcome.RESTRICT):
-        if not comment.strip():
-            raise InvalidInput({"comment": "say why routes move back to the rollback target"})
-        reason = f"review #{review.pk} ({outcome}): {comment}"
-        # Route changes (and the ticket's move to rolled_back) are the routing service's, with their ledger entries.
-        if outcome == ReviewOutcome.ROLLBACK:
-            applied["route_versions"] = [routing.routes_rollback(ticket=ticket, actor=actor, reason=reason).number]
-        else:
-            applied["route_versions"] = [
-                routing.routes_rollback(ticket=ticket, actor=actor, reason=reason, task=task).number
-                for task in restrict_tasks or []
-            ]
+    if outcome in (ReviewOutcome.ROLLBACK, ReviewOutcome.RESTRICT) and not comment.strip():
+        raise InvalidInput({"comment": "say why routes move back to the rollback target"})
     with transaction.atomic(durable=True):
-        now = timezone.now()
+        locked = Review.objects.select_for_update().select_related("ticket").get(pk=review.pk)
+        if locked.status != ReviewStatus.OPEN:
+            raise DomainError(f"review #{review.pk} is already {locked.status}")
+        ticket = locked.ticket
+        applied: dict[str, object] = {}
+        if outcome in (ReviewOutcome.ROLLBACK, ReviewOutcome.RESTRICT):
+            reason = f"review #{review.pk} ({outcome}): {comment}"
+            # Route changes (and the ticket's move to rolled_back) are the routing service's, with their
+            # ledger entries, in this transaction: a failure after the first one undoes them all.
+            tasks: list[str | None] = [None] if outcome == ReviewOutcome.ROLLBACK else list(restrict_tasks or [])
+            applied["route_versions"] = [
+                routing.routes_rollback_within(ticket=ticket, actor=actor, reason=reason, task=task).number
+                for task in tasks
+            ]
+        # Compare-and-swap as well as the lock: a database without row locks (SQLite) still closes once.
         closed = Review.objects.filter(pk=review.pk, status=ReviewStatus.OPEN).update(
-            status=ReviewStatus.DONE, outcome=outcome, comment=comment, reviewed_by=actor, completed_at=now
+            status=ReviewStatus.DONE, outcome=outcome, comment=comment, reviewed_by=actor, completed_at=timezone.now()
         )
         if closed != 1:
             raise DomainError(f"review #{review.pk} was completed concurrently")
@@ -255,14 +265,14 @@ def review_complete(
             actor=actor,
             payload={
                 "review": review.pk,
-                "reason": review.reason,
+                "reason": locked.reason,
                 "outcome": outcome,
                 "comment": comment,
                 "restrict_tasks": restrict_tasks or [],
                 "applied": applied,
             },
         )
-    if outcome == ReviewOutcome.OBSERVE_MORE:
-        review_open(ticket=ticket, reason=review.reason, details={"follows": review.pk, "comment": comment})
+        if outcome == ReviewOutcome.OBSERVE_MORE:
+            _review_open_within(ticket=ticket, reason=locked.reason, details={"follows": review.pk, "comment": comment})
     review.refresh_from_db()
     return review

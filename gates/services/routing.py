@@ -175,29 +175,40 @@ def routes_rollback(*, ticket: ReleaseTicket, actor: Actor, reason: str, task: s
     one new table version; other tasks' routes are untouched. When no route of the ticket's
     tasks points at the candidate any more, the ticket itself moves to ``rolled_back``.
     """
+    with transaction.atomic(durable=True):
+        return routes_rollback_within(ticket=ticket, actor=actor, reason=reason, task=task)
+
+
+def routes_rollback_within(
+    *, ticket: ReleaseTicket, actor: Actor, reason: str, task: str | None = None
+) -> RouteTableVersion:
+    """``routes_rollback`` inside the caller's transaction, for an operation that commits the
+    rollback together with its own changes (a review's outcome) or not at all.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("routes_rollback_within must run inside the caller's transaction")
     check_actor(ticket, "roll_back", actor)
     if not reason.strip():
         raise InvalidInput({"reason": "a reason is required to roll back"})
-    with transaction.atomic(durable=True):
-        locked = _locked(ticket)
-        if locked.status not in (TicketStatus.CANARY, TicketStatus.DEFAULT):
-            raise DomainError(f"ticket #{locked.pk} is {locked.status}; only a canary or default is rolled back")
-        ticket_tasks = _signed_tasks(locked)
-        if task is not None and task not in ticket_tasks:
-            raise InvalidInput({"task": f"ticket #{locked.pk} does not route {task!r}"})
-        tasks = [task] if task else ticket_tasks
-        on_candidate = route_table().filter(task__slug__in=tasks, backend=locked.candidate)
-        changes: dict[Scope, Backend | None] = {(r.task.slug, r.tenant): locked.rollback_target for r in on_candidate}
-        if not changes:
-            raise DomainError(f"no route of {', '.join(tasks)} points at {locked.candidate.name}; nothing to roll back")
-        version = _write_version(changes=changes, kind="rollback", actor=actor, reason=reason, ticket=locked)
-        still = Route.objects.filter(version=version, task__slug__in=ticket_tasks, backend=locked.candidate)
-        if not still.exists():
-            ticket_transition_within(
-                ticket=locked,
-                action="roll_back",
-                actor=actor,
-                reason=reason,
-                details={"route_version": version.number, "tasks": tasks},
-            )
+    locked = _locked(ticket)
+    if locked.status not in (TicketStatus.CANARY, TicketStatus.DEFAULT):
+        raise DomainError(f"ticket #{locked.pk} is {locked.status}; only a canary or default is rolled back")
+    ticket_tasks = _signed_tasks(locked)
+    if task is not None and task not in ticket_tasks:
+        raise InvalidInput({"task": f"ticket #{locked.pk} does not route {task!r}"})
+    tasks = [task] if task else ticket_tasks
+    on_candidate = route_table().filter(task__slug__in=tasks, backend=locked.candidate)
+    changes: dict[Scope, Backend | None] = {(r.task.slug, r.tenant): locked.rollback_target for r in on_candidate}
+    if not changes:
+        raise DomainError(f"no route of {', '.join(tasks)} points at {locked.candidate.name}; nothing to roll back")
+    version = _write_version(changes=changes, kind="rollback", actor=actor, reason=reason, ticket=locked)
+    still = Route.objects.filter(version=version, task__slug__in=ticket_tasks, backend=locked.candidate)
+    if not still.exists():
+        ticket_transition_within(
+            ticket=locked,
+            action="roll_back",
+            actor=actor,
+            reason=reason,
+            details={"route_version": version.number, "tasks": tasks},
+        )
     return version

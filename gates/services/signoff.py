@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from accounts.services import group_grant
 from core.errors import DomainError, InvalidInput, NotAllowed
-from core.roles import REVIEWER, Actor, has_role, person
+from core.roles import CAPACITY_GROUP_PREFIX, REVIEWER, Actor, has_role, person
 from gates.models import (
     DecisionOutcome,
     GateDecision,
@@ -44,10 +44,10 @@ from gates.models import (
 )
 from gates.prefix_cache import CROSS_TENANT
 from gates.selectors.decisions import decision_current
+from gates.selectors.evidence import owner_imported_unaccepted
+from gates.services.decisions import gate_policy
 from gates.services.tickets import ticket_transition_within
 from ledger.services import ledger_append
-
-CAPACITY_GROUP_PREFIX = "reviewer:"
 
 
 def capacity_grant(*, actor: Actor, user: User, capacity: str) -> bool:
@@ -235,6 +235,20 @@ def _tasks_for(decision: GateDecision, verdict: str, tasks: list[str] | None) ->
     return chosen
 
 
+def _check_owner_evidence_accepted(ticket: ReleaseTicket, decision: GateDecision) -> None:
+    """Under ``evidence.owner_imported: inform``, evidence the owner imported approves nothing until
+    a reviewer other than the owner has accepted it (``gates.services.provenance.evidence_accept``)."""
+    if gate_policy().evidence.owner_imported != "inform":
+        return
+    waiting = owner_imported_unaccepted(ticket, [decision.baseline_run, decision.candidate_run])
+    if waiting:
+        runs = ", ".join(f"#{run.pk}" for run in waiting)
+        raise DomainError(
+            f"the owner imported the evidence of run {runs}: it informs but approves nothing until a reviewer "
+            "other than the owner accepts it with a reason"
+        )
+
+
 def signoff_record(
     *,
     ticket: ReleaseTicket,
@@ -281,6 +295,8 @@ def signoff_record(
             )
         if decision.sign_offs.filter(reviewer=user).exists():
             raise DomainError(f"{user.get_username()} already signed decision #{decision.pk}")
+        if verdict != SignOffVerdict.REJECT:
+            _check_owner_evidence_accepted(locked, decision)
         chosen_tasks = _tasks_for(decision, verdict, tasks)
         override = _is_override(decision, verdict, chosen_tasks)
         if override and not override_reason.strip():

@@ -17,17 +17,20 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from core.errors import DomainError, InvalidInput, NotAllowed
-from core.roles import ADMIN, ENGINEER, user_roles
+from core.roles import ADMIN, ENGINEER, REVIEWER, user_roles
+from evaluators.models import EvaluationRun
 from gates.forms.base import apply_service_errors
 from gates.forms.presets import PRESETS
 from gates.forms.review import SignOffForm
 from gates.forms.tickets import REASON_CODES, TICKET_ERROR_FIELDS, TicketForm, TransitionForm
 from gates.models import Mechanism, ReleaseTicket, TicketStatus
 from gates.selectors.decisions import decision_current
+from gates.selectors.evidence import ticket_provenance
 from gates.selectors.tickets import task_types, ticket_get, ticket_list
 from gates.services import signoff
 from gates.services import tickets as services
 from gates.services.actions import TICKET_ACTIONS, ticket_action_take, ticket_actions_for
+from gates.services.provenance import evidence_accept
 from gates.views.decision import latest_decision, proposed_route_changes, signoff_context, signoff_form_for
 from gates.views.evidence import build_evidence, sample_pairs
 from ledger.selectors import ledger_entries
@@ -174,6 +177,9 @@ def _ticket_page(
         "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
         "signoff": signoff_context(ticket, decision, user, signoff_form),
+        "provenance": ticket_provenance(ticket),
+        # Only a reviewer other than the owner accepts the owner's imported evidence.
+        "can_accept_evidence": REVIEWER in roles and ticket.owner_id != user.pk,
     }
     return render(request, "tickets/detail.html", context, status=status)
 
@@ -220,6 +226,24 @@ def ticket_action(request: HttpRequest, pk: int) -> HttpResponse:
         return _ticket_page(request, ticket, bound=form, status=400)
     messages.success(request, f"Ticket #{ticket.pk}: {action.replace('_', ' ')} done.")
     return redirect(reverse("ui:ticket", kwargs={"pk": ticket.pk}) + "#status")
+
+
+@login_required
+@require_POST
+def ticket_accept_evidence(request: HttpRequest, pk: int) -> HttpResponse:
+    """A reviewer other than the owner accepts evidence the owner imported, saying why."""
+    ticket = get_object_or_404(ticket_list(), pk=pk)
+    run_id = request.POST.get("run", "")
+    run = get_object_or_404(EvaluationRun, pk=int(run_id)) if run_id.isdigit() and len(run_id) < 18 else None
+    if run is None:
+        raise Http404("no such run")
+    try:
+        evidence_accept(ticket=ticket, run=run, actor=request.user, reason=request.POST.get("reason", ""))
+    except InvalidInput as exc:
+        messages.error(request, "; ".join(exc.errors.values()))
+        return _ticket_page(request, ticket, status=400)
+    messages.success(request, f"Accepted the owner's imported evidence of run #{run.pk} for this ticket.")
+    return redirect(reverse("ui:ticket", kwargs={"pk": ticket.pk}) + "#provenance")
 
 
 @login_required
