@@ -69,7 +69,7 @@ def ticket_fields(baseline: Backend, candidate: Backend, **overrides: Any) -> di
     return fields
 
 
-TIMING_METRICS = ("ttft", "tpot", "e2e", "queue_time", "output_throughput")
+TIMING_METRICS = ("ttft", "tpot", "e2e", "queue_time", "output_throughput", "goodput")
 
 
 def assert_prefix_cache_judged(outcome: str, verdicts: dict[str, Any]) -> None:
@@ -82,8 +82,8 @@ def assert_prefix_cache_judged(outcome: str, verdicts: dict[str, Any]) -> None:
     evidence*, never a rejection.
     """
     metrics = [m for verdict in verdicts.values() for m in verdict["metrics"]]
-    guardrails = {m["task"]: m["status"] for m in metrics if m["kind"] == "guardrail"}
-    assert guardrails == {"knowledge_qa": "pass", "compliance_qa": "pass"}, metrics
+    quality = {m["task"]: m["status"] for m in metrics if m["kind"] == "guardrail" and m["metric"] == "pass_rate"}
+    assert quality == {"knowledge_qa": "pass", "compliance_qa": "pass"}, metrics
     assert [m["status"] for m in metrics if m["metric"] == "prefix_cache_hit_rate"] == ["pass"], metrics
     open_questions = [m for m in metrics if m["status"] != "pass"]
     for metric in open_questions:

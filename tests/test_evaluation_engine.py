@@ -127,7 +127,7 @@ def test_prefix_caching_passes_every_quality_guardrail_and_is_approved_unless_ti
     decision = demo.decision(PREFIX_TITLE)
     assert_prefix_cache_judged(decision["outcome"], decision["verdicts"])
     metrics = [m for verdict in decision["verdicts"].values() for m in verdict["metrics"]]
-    guardrails = {m["task"]: m for m in metrics if m["kind"] == "guardrail"}
+    guardrails = {m["task"]: m for m in metrics if m["kind"] == "guardrail" and m["metric"] == "pass_rate"}
     assert guardrails["compliance_qa"]["n"] >= 200 and guardrails["compliance_qa"]["interval"][0] > -0.02
 
 

@@ -84,6 +84,15 @@ def test_a_candidate_slowed_by_delivery_needs_a_re_measurement_instead_of_a_reje
     json.dumps(decision.to_dict())
 
 
+def test_interleaved_evidence_is_judged_on_what_the_client_saw() -> None:
+    # Alternating blocks share the client and the machine: a delivery gap is the candidate's own.
+    base, cand = measured(1.0, 3.0, seed=1, hit_rate=0.0), measured(1.3, 25.0, seed=1, hit_rate=0.85)
+    decision = prefix_cache_gate(replace(base, blocks=True), replace(cand, blocks=True))
+    assert decision.outcome == "reject"
+    ttft = next(m for m in decision.verdicts[KNOWLEDGE].metrics if m.source == "prefix_cache")
+    assert "set aside" not in ttft.test
+
+
 def test_the_same_runs_without_engine_latencies_are_judged_on_the_client_alone() -> None:
     base, cand = measured(1.0, None, seed=1, hit_rate=0.0), measured(1.3, None, seed=1, hit_rate=0.85)
     assert prefix_cache_gate(base, cand).outcome == "reject"

@@ -30,10 +30,13 @@ from gates.services import decisions
 from tests.factories import evaluating_ticket, tasks
 from tools.kit import BASE, Kit, ensure_kit
 
-pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
+# Engines start in threads that write to the database: a real transaction, task types restored after.
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 BASE_ARGS = {"max_model_len": 2048, "seed": 0, "max_num_seqs": 8, "enable_prefix_caching": False}
 POLICY = load_policy("default")
+# Fewer load requests than the policy's minimum: a failure still fails, a pass reads inconclusive.
+PROFILE = {"requests_per_task": 40}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +65,9 @@ def kit_backend(kit: Kit, settings: Any, erin: User) -> Any:
 
 
 def _pair(baseline: Backend, candidate: Backend, task_list: list[str]) -> tuple[EvaluationRun, EvaluationRun]:
-    base_run, cand_run = services.pair_request(baseline=baseline, candidate=candidate, tasks=task_list)
+    base_run, cand_run = services.pair_request(
+        baseline=baseline, candidate=candidate, tasks=task_list, load_profile=PROFILE
+    )
     services.run_execute(run_id=cand_run.pk)
     base_run.refresh_from_db()
     cand_run.refresh_from_db()

@@ -3,6 +3,8 @@ P95/P99 latency may not regress beyond their margins, on risk tasks as much as b
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from gates.judge.records import RequestTiming
@@ -74,3 +76,36 @@ def test_refused_requests_are_goodput_misses() -> None:
     assert goodput.candidate is not None and goodput.candidate <= 0.70
     assert goodput.baseline is not None and goodput.baseline > 0.95
     assert goodput.status == "fail"
+
+
+# --- the targeted bottleneck must be exercised before it can be judged --------------------------
+
+
+def _engine(run: RunTaskEvidence, **engine: float) -> RunTaskEvidence:
+    return replace(run, engine=engine)
+
+
+def test_a_kv_memory_claim_on_a_workload_without_memory_pressure_is_inconclusive_naming_the_profile() -> None:
+    base = _engine(evidence(seed=5), preemptions=0.0, kv_cache_usage_peak=0.12)
+    cand = _engine(evidence(seed=5), preemptions=0.0, kv_cache_usage_peak=0.10)
+    verdict = judge_task(DEFAULT, TaskEvidence("cs_summary", base, cand), role="beneficiary", bottleneck="kv_memory")
+    claim = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
+    assert claim.status == "inconclusive"  # never "went from 0 to 0" as a failure
+    assert "not exercised by this workload" in claim.reason and "peaked at 12%" in claim.reason
+    assert "long contexts at high concurrency" in claim.reason
+
+
+def test_a_kv_memory_claim_is_judged_where_the_baseline_preempts() -> None:
+    base = _engine(evidence(seed=6), preemptions=40.0, kv_cache_usage_peak=1.0)
+    cand = _engine(evidence(seed=6), preemptions=0.0, kv_cache_usage_peak=0.7)
+    verdict = judge_task(DEFAULT, TaskEvidence("cs_summary", base, cand), role="beneficiary", bottleneck="kv_memory")
+    claim = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
+    assert claim.metric == "preemptions" and claim.status == "pass", claim.reason
+
+
+def test_a_queueing_claim_without_queueing_is_inconclusive_naming_open_loop_arrivals() -> None:
+    base = _engine(evidence(seed=7), engine_queue_mean_ms=0.4)
+    cand = _engine(evidence(seed=7), engine_queue_mean_ms=0.3)
+    verdict = judge_task(DEFAULT, TaskEvidence("code_assistant", base, cand), role="beneficiary", bottleneck="queueing")
+    claim = next(m for m in verdict.metrics if m.source == "bottleneck:queueing")
+    assert claim.status == "inconclusive" and "open-loop (Poisson) arrivals" in claim.reason

@@ -143,10 +143,45 @@ def mechanism_verdicts(
     return verdicts
 
 
+# Stress profiles that make a bottleneck show, named in the verdict when a workload did not.
+STRESS_PROFILES = {
+    "kv_memory": "long contexts at high concurrency, so the KV cache fills and requests are preempted",
+    "queueing": "open-loop (Poisson) arrivals near the baseline's capacity, so requests wait in the queue",
+}
+# Below these, neither side met the bottleneck: no preemption and KV-cache use under 90 % at its
+# peak, or under 5 ms of mean queue time in the engine.
+KV_PRESSURE = 0.9
+QUEUE_FLOOR_MS = 5.0
+
+
+def not_exercised(bottleneck: str, ev: TaskEvidence) -> str | None:
+    """Why neither side's workload exercised ``bottleneck`` (None when one did, or it cannot tell)."""
+    sides = (ev.base.engine, ev.cand.engine)
+    if bottleneck == "kv_memory":
+        preempted = [side.get("preemptions") for side in sides]
+        peaks = [side.get("kv_cache_usage_peak") for side in sides]
+        if None in preempted or any(preempted) or None in peaks:
+            return None
+        peak = max(float(p) for p in peaks if p is not None)
+        if peak >= KV_PRESSURE:
+            return None
+        return f"neither side preempted a request and KV-cache use peaked at {peak:.0%}"
+    if bottleneck == "queueing":
+        waits = [side.get("engine_queue_mean_ms") for side in sides]
+        if None in waits or max(float(w) for w in waits if w is not None) >= QUEUE_FLOOR_MS:
+            return None
+        return f"requests waited {max(float(w) for w in waits if w is not None):.1f} ms at most on average in the queue"
+    return None
+
+
 def bottleneck_verdict(
     policy: Policy, ev: TaskEvidence, task_policy: TaskPolicy, bottleneck: str, seed: int
 ) -> MetricVerdict:
-    """The targeted bottleneck's promised improvement, judged on its first metric with evidence."""
+    """The targeted bottleneck's promised improvement, judged on its first metric with evidence.
+
+    A workload that did not exercise the bottleneck on either side cannot show it moving: the
+    verdict is inconclusive and names the stress profile to measure it with, never a failure.
+    """
     rule = policy.bottlenecks.get(bottleneck)
     if rule is None:
         return unmeasured_verdict(
@@ -156,6 +191,21 @@ def bottleneck_verdict(
             status="error",
             test="none",
             reason=f"Policy {policy.version_label} has no rule for the targeted bottleneck {bottleneck!r}.",
+            source=f"bottleneck:{bottleneck}",
+        )
+    why = not_exercised(bottleneck, ev)
+    if why is not None:
+        return unmeasured_verdict(
+            task=ev.task,
+            metric=f"bottleneck:{bottleneck}",
+            kind="mechanism",
+            status="inconclusive",
+            test="none (the bottleneck was not exercised)",
+            reason=(
+                f"The targeted {bottleneck} bottleneck was not exercised by this workload ({why}), so "
+                f"whether the change relieves it cannot be seen here; measure {ev.task} under the "
+                f"{bottleneck} stress profile: {STRESS_PROFILES[bottleneck]}."
+            ),
             source=f"bottleneck:{bottleneck}",
         )
     metric = next((m for m in rule.metrics if has_evidence(metric_spec(m), ev)), rule.metrics[0])

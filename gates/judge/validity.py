@@ -38,7 +38,14 @@ def delivery_ms(run: RunTaskEvidence) -> float | None:
 def judge_comparability(
     verdicts: Sequence[MetricVerdict], ev: TaskEvidence, max_shift_ms: float
 ) -> list[MetricVerdict]:
-    """The verdicts, with client-timed ones made inconclusive when delivery shifted between runs."""
+    """The verdicts, with client-timed ones made inconclusive when delivery shifted between runs.
+
+    Interleaved evidence is exempt: its two sides ran in alternating blocks under the same client
+    and machine, so a delivery difference there is the candidate's own (an API server holding
+    responses back), which its latency verdicts must judge rather than set aside.
+    """
+    if ev.base.blocks and ev.cand.blocks:
+        return list(verdicts)
     base_means, cand_means = ttft_means_ms(ev.base), ttft_means_ms(ev.cand)
     if base_means is None or cand_means is None:
         return list(verdicts)

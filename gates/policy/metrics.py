@@ -56,7 +56,8 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("output_throughput", "throughput", "output throughput", True, field="output_throughput"),
     MetricSpec("request_throughput", "engine", "request throughput", True, field="request_throughput"),
     MetricSpec("goodput", "goodput", "goodput (share of requests within SLOs)", True),
-    MetricSpec("peak_kv_cache_usage", "engine", "peak KV-cache usage", False, field="peak_kv_cache_usage"),
+    # Sampled while the load ran (``evaluators.interleave.KvSampler``), not read once at the end.
+    MetricSpec("peak_kv_cache_usage", "engine", "peak KV-cache usage", False, field="kv_cache_usage_peak"),
     MetricSpec("preemptions", "engine", "preemptions", False, field="preemptions"),
     MetricSpec("max_concurrency", "engine", "max concurrency", True, field="max_concurrency"),
     MetricSpec("prefix_cache_hit_rate", "engine", "prefix-cache hit rate", True, field="prefix_cache_hit_rate"),
