@@ -61,7 +61,9 @@ PINNED = {
     "/runs/active/": 4,
 }
 PINNED_TICKET_DETAIL = 6  # + the ticket's id, its row with owner and backends, its two task lists
-PINNED_DECISION = 7  # + the ticket's id, the decision, its sign-offs with reviewers, one per signed verdict, history
+# + the ticket's row, the decision, its sign-offs with reviewers, one per signed verdict, history, and
+# the caller's roles (whether the summary's next action is theirs to sign off)
+PINNED_DECISION = 8
 
 
 def _person(username: str, *roles: str) -> User:

@@ -9,8 +9,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import StrictInputSerializer
-from gates.models import GateDecision, ReasonCode, ReleaseTicket, ReviewerCapacity, SignOff, SignOffVerdict
+from core.roles import Actor
+from gates.display import metric_display
+from gates.models import (
+    GateDecision,
+    ReasonCode,
+    ReleaseTicket,
+    ReviewerCapacity,
+    SignOff,
+    SignOffVerdict,
+    TicketStatus,
+)
 from gates.selectors.decisions import decision_current, decisions_before, with_sign_offs
+from gates.selectors.summary import decision_summary, next_action
 from gates.services import signoff
 
 
@@ -68,13 +79,31 @@ class DecisionSerializer(serializers.ModelSerializer):
         return signoff.signoff_summary(decision, decision.sign_offs.all())  # prefetched by the read
 
 
-def ticket_decision(ticket: ReleaseTicket) -> Response:
-    """The ticket's current decision with its sign-offs, and the earlier decisions in brief."""
+def verdicts_shown(verdicts: dict[str, Any]) -> dict[str, Any]:
+    """The stored verdicts with a ``display`` block per metric: the numbers as the ticket page shows them."""
+    return {
+        task: {**verdict, "metrics": [{**m, "display": metric_display(m)} for m in verdict.get("metrics") or []]}
+        for task, verdict in verdicts.items()
+    }
+
+
+def ticket_decision(ticket: ReleaseTicket, user: Actor) -> Response:
+    """The ticket's current decision with its sign-offs, its summary, and the earlier decisions in brief."""
     current = decision_current(ticket=ticket)
     if current is None:
         return Response({"detail": f"ticket #{ticket.pk} has no gate decision yet"}, status=status.HTTP_404_NOT_FOUND)
     with_sign_offs(current)
-    return Response({**DecisionSerializer(current).data, "history": decisions_before(current)})
+    data = DecisionSerializer(current).data
+    data["verdicts"] = verdicts_shown(current.verdicts or {})
+    # Only a ticket waiting for sign-off needs to know whether this caller may sign (a role lookup).
+    may_sign = ticket.status == TicketStatus.EVALUATED and not signoff.signoff_refusal(
+        ticket, current, user, current.sign_offs.all()
+    )
+    summary = decision_summary(current)
+    summary["next_action"] = next_action(
+        status=ticket.status, decision=current, may_sign=may_sign, is_owner=ticket.owner_id == getattr(user, "pk", None)
+    )
+    return Response({**data, "summary": summary, "history": decisions_before(current)})
 
 
 class SignOffInputSerializer(StrictInputSerializer):

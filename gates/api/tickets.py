@@ -165,8 +165,10 @@ class TicketViewSet(
     def get_queryset(self) -> Any:
         # Responses are built by ``ticket_rows``; the reads need only the ticket's id, the other
         # actions the ticket itself.
-        if self.action in ("retrieve", "decision"):
+        if self.action == "retrieve":
             return ReleaseTicket.objects.only("pk")
+        if self.action == "decision":  # the summary's next action reads the status and the owner
+            return ReleaseTicket.objects.only("pk", "status", "owner_id")
         return ReleaseTicket.objects.all()
 
     def filter_queryset(self, queryset: Any) -> Any:
@@ -258,7 +260,7 @@ class TicketViewSet(
     @action(detail=True, methods=["get"], permission_classes=[permissions.IsAuthenticated])
     def decision(self, request: Request, pk: str | None = None) -> Response:
         """The ticket's current gate decision, its sign-offs and earlier decisions."""
-        return ticket_decision(self.get_object())
+        return ticket_decision(self.get_object(), request.user)
 
     @extend_schema(request=SignOffInputSerializer, responses={201: dict})
     @action(detail=True, methods=["post"], url_path="sign-off", permission_classes=[permissions.IsAuthenticated])
