@@ -60,7 +60,7 @@ PINNED = {
     "/reviews/": 5,
     "/runs/active/": 4,
 }
-PINNED_TICKET_DETAIL = 6  # + the ticket's id, its row with owner and backends, its two task lists
+PINNED_TICKET_DETAIL = 5  # + the ticket's row with owner and backends, its two task lists
 # + the ticket's row, the decision, its sign-offs with reviewers, one per signed verdict, history, and
 # the caller's roles (whether the summary's next action is theirs to sign off)
 PINNED_DECISION = 8

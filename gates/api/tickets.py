@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import django_filters
 from django.contrib.auth.models import User
+from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -163,10 +164,8 @@ class TicketViewSet(
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> Any:
-        # Responses are built by ``ticket_rows``; the reads need only the ticket's id, the other
-        # actions the ticket itself.
-        if self.action == "retrieve":
-            return ReleaseTicket.objects.only("pk")
+        # Responses are built by ``ticket_rows`` (``retrieve`` reads nothing else); the decision read
+        # needs the ticket's status and owner, the other actions the ticket itself.
         if self.action == "decision":  # the summary's next action reads the status and the owner
             return ReleaseTicket.objects.only("pk", "status", "owner_id")
         return ReleaseTicket.objects.all()
@@ -183,7 +182,14 @@ class TicketViewSet(
         return self.get_paginated_response(ticket_rows(ReleaseTicket.objects.filter(pk__in=page)))
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(ticket_shown(self.get_object()))
+        # The ticket's row is the only read: no separate lookup of the ticket before it.
+        try:
+            rows = ticket_rows(ReleaseTicket.objects.filter(pk=int(kwargs["pk"])))
+        except (TypeError, ValueError, OverflowError):
+            rows = []
+        if not rows:
+            raise Http404("No ReleaseTicket matches the given query.")
+        return Response(rows[0])
 
     def get_permissions(self) -> Sequence[Any]:
         # Transition actions are open to every signed-in role; the service decides who may act.
