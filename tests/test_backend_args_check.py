@@ -3,10 +3,12 @@ parser later on a worker, whose verdict the backend then shows."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from backends import services
 from backends.engine_args import EngineArgsError
@@ -131,3 +133,19 @@ def test_the_worker_task_runs_the_check(
     assert check_backend_args.name == queue.CHECK_BACKEND_ARGS
     check_backend_args(backend.pk)
     assert EngineArgsCheck.objects.get(backend=backend).status == ArgsCheckStatus.PASSED
+
+
+def test_the_sweeper_sends_a_lost_check_again(
+    vllm_check_on: None, sent: list[Any], parser: list[Any], erin: Any, model_root: Path
+) -> None:
+    from workers import sweeper
+
+    lost, _ = services.backend_register(actor=erin, **backend_fields(model_root, "lost"))
+    done, _ = services.backend_register(
+        actor=erin, **backend_fields(model_root, "done", engine_args={"max_model_len": 1024})
+    )
+    services.backend_args_check(backend_id=done.pk)
+    assert sweeper.sweep(now=timezone.now()).args_checks == []  # still within its grace
+    later = timezone.now() + sweeper.ARGS_CHECK_GRACE + timedelta(seconds=1)
+    assert sweeper.sweep(now=later).args_checks == [lost.pk]
+    assert (queue.CHECK_BACKEND_ARGS, (lost.pk,)) in sent
