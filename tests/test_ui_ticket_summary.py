@@ -183,3 +183,19 @@ def test_the_decision_read_keeps_the_serializers_fields_and_values(
     assert (
         read["summary"]["signed_verdict"] == "restrict" and read["summary"]["next_action"]["action"] == "start_canary"
     )
+
+
+def test_the_demo_terminal_prints_the_same_summary(erin: Any, baseline: Any, candidate: Any) -> None:
+    from io import StringIO
+
+    from tools.management.commands.demo import Command
+
+    ticket, decision = evaluated_ticket("reject", erin, baseline, candidate)
+    out = StringIO()
+    Command(stdout=out, no_color=True).print_decisions([ticket])
+    text = out.getvalue()
+    assert f"#{ticket.pk} {ticket.title}: reject" in text.splitlines()
+    assert "    dataagent_nl2sql (risk): fail — Pass rate 91.0% → 81.0% (−10.0 pts, CI −14.9 to −6.6 pts)" in text
+    finding = next(m for m in decision.verdicts["dataagent_nl2sql"]["metrics"] if m["status"] == "fail")
+    assert text.count(finding["reason"]) == 1
+    assert "    next: A reviewer signs off the policy's reject next." in text

@@ -65,6 +65,17 @@ def _findings(verdicts: dict[str, Any]) -> list[dict[str, str]]:
     return findings
 
 
+def numbers_text(numbers: list[dict[str, Any]]) -> str:
+    """A task's deciding numbers in one line: "Pass rate 91.0% → 81.0% (−10.0 pts, CI −14.9 to −6.6 pts)"."""
+    parts = []
+    for n in numbers:
+        text = f"{n['label']} {n['baseline']} → {n['candidate']}"
+        if n["change"] != "—":
+            text += f" ({n['change']}" + (f", CI {n['interval']}" if n["interval"] != "—" else "") + ")"
+        parts.append(text)
+    return "; ".join(parts) or "—"
+
+
 def decision_summary(decision: GateDecision) -> dict[str, Any]:
     """The viewer-independent part of the summary of ``decision`` (see the module docstring)."""
     verdicts: dict[str, Any] = decision.verdicts or {}
