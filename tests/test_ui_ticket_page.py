@@ -119,3 +119,28 @@ def test_rolling_back_needs_a_reason_and_moves_the_route_back(
     latest = RouteTableVersion.objects.order_by("-number").first()
     assert latest is not None and latest.kind == "rollback"
     assert {c["to"] for c in latest.changes} == {baseline.name}
+
+
+def test_a_failed_samples_outputs_are_diffed_word_by_word(erin: Any, rita: Any, baseline: Any, candidate: Any) -> None:
+    ticket, _ = evaluated_ticket("restrict", erin, baseline, candidate)
+    pair = {"run__in": [ticket.baseline_run, ticket.candidate_run], "task": "knowledge_qa"}
+    failed = SampleRecord.objects.filter(run=ticket.candidate_run, task="knowledge_qa", passed=False).first()
+    assert failed is not None
+    SampleRecord.objects.filter(**pair, sample_id=failed.sample_id, run=ticket.baseline_run).update(
+        output="Paris is the capital [doc 3]"
+    )
+    SampleRecord.objects.filter(**pair, sample_id=failed.sample_id, run=ticket.candidate_run).update(
+        output="Paris is the <b>capital</b>"
+    )
+    html = client_for(rita).get(f"/tickets/{ticket.pk}/samples/?show=regressions&task=knowledge_qa").content.decode()
+    assert "Baseline → candidate, word by word" in html
+    assert (
+        '<pre class="diff">Paris is the <del>capital [doc 3]</del><ins>&lt;b&gt;capital&lt;/b&gt;</ins></pre>' in html
+    )
+
+
+def test_the_output_diff_keeps_whitespace_and_skips_huge_outputs() -> None:
+    from gates.views.evidence import DIFF_MAX_CHARS, output_diff
+
+    assert output_diff("a b\nc", "a x\nc") == [("equal", "a "), ("removed", "b"), ("added", "x"), ("equal", "\nc")]
+    assert output_diff("x" * DIFF_MAX_CHARS, "y") == []
