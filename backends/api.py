@@ -10,7 +10,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from backends.models import Backend
+from backends.models import Backend, EngineArgsCheck
 from backends.services import backend_register
 from core.api import IsEngineerOrReadOnly, StrictInputSerializer, idempotent_create
 
@@ -41,6 +41,10 @@ class BackendInputSerializer(StrictInputSerializer):
 
 class BackendSerializer(serializers.ModelSerializer):
     created_by: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    engine_args_check = serializers.SerializerMethodField(
+        help_text="vLLM's own parser's verdict on the engine arguments, checked after registration: "
+        "{status: pending | passed | failed | error, errors, checked_at}; null when the check is off"
+    )
 
     class Meta:
         model = Backend
@@ -61,8 +65,16 @@ class BackendSerializer(serializers.ModelSerializer):
             "model_card",
             "created_by",
             "created_at",
+            "engine_args_check",
         ]
         read_only_fields = fields
+
+    def get_engine_args_check(self, backend: Backend) -> dict[str, Any] | None:
+        try:
+            check: EngineArgsCheck = backend.args_check  # type: ignore[attr-defined]
+        except EngineArgsCheck.DoesNotExist:
+            return None
+        return check.shown()
 
 
 class BackendFilter(django_filters.FilterSet):
@@ -76,7 +88,7 @@ class BackendViewSet(
 ):
     """Registered serving configurations. A backend is immutable: there is no update or delete."""
 
-    queryset = Backend.objects.select_related("created_by")
+    queryset = Backend.objects.select_related("created_by", "args_check")
     serializer_class = BackendSerializer
     permission_classes = [IsEngineerOrReadOnly]
     filterset_class = BackendFilter

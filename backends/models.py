@@ -59,3 +59,36 @@ class Backend(ImmutableModel):
 
     def compute_fingerprint(self) -> str:
         return sha256_hex(canonical_json(self.serving_config()))
+
+
+class ArgsCheckStatus(models.TextChoices):
+    PENDING = "pending"
+    PASSED = "passed"
+    FAILED = "failed"  # vLLM's parser refused the arguments
+    ERROR = "error"  # the check itself could not run (timeout, crash): not a verdict on the arguments
+
+
+class EngineArgsCheck(models.Model):
+    """vLLM's own parser's verdict on a backend's engine arguments.
+
+    Importing vLLM's parser takes seconds, so registration does only the cheap catalogue checks and
+    leaves this row ``pending``; a worker runs the parser (``backends.services.backend_args_check``)
+    and records the verdict once: ``pending`` → ``passed`` | ``failed`` | ``error``.
+    """
+
+    backend = models.OneToOneField(Backend, on_delete=models.PROTECT, related_name="args_check")
+    status = models.CharField(max_length=10, choices=ArgsCheckStatus.choices, default=ArgsCheckStatus.PENDING)
+    errors = models.JSONField(default=dict, help_text="option → vLLM's message (failed), or the check's own error")
+    created_at = models.DateTimeField(auto_now_add=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"engine-args check of {self.backend_id}: {self.status}"
+
+    def shown(self) -> dict[str, Any]:
+        """What the API and the backend page show of the check."""
+        return {
+            "status": self.status,
+            "errors": self.errors,
+            "checked_at": self.checked_at.isoformat() if self.checked_at else None,
+        }

@@ -13,4 +13,4 @@ def backend_list() -> QuerySet[Backend]:
 
 
 def backend_get(*, name: str) -> Backend | None:
-    return Backend.objects.select_related("created_by").filter(name=name).first()
+    return Backend.objects.select_related("created_by", "args_check").filter(name=name).first()

@@ -1,4 +1,5 @@
-"""Write path of the backends app: registering a serving configuration."""
+"""Write path of the backends app: registering a serving configuration, and checking its engine
+arguments with vLLM's own parser off the request path."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from backends.engine_args import EngineArgsError, ensure_model_allowed, validate_engine_args
-from backends.models import Backend
-from backends.vllm_check import validate_with_vllm_subprocess
+from backends.models import ArgsCheckStatus, Backend, EngineArgsCheck
+from backends.vllm_check import check_with_vllm_subprocess
+from core import queue
 from core.canonical import canonical_json, json_problem
 from core.errors import DomainError, InvalidInput, NotAllowed
 from core.roles import ADMIN, ENGINEER, Actor, has_role, person
@@ -25,17 +28,13 @@ def _model_path_checked(model_path: str) -> str:
 
 
 def _engine_args_checked(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """The cheap, synchronous check against the option catalogue; vLLM's own parser runs later."""
     try:
         normalised = validate_engine_args(engine_args)
     except EngineArgsError as exc:
         raise InvalidInput({f"engine_args.{key}": message for key, message in exc.errors.items()}) from None
     # JSON-valued options (speculative_config, ...) may arrive as strings and only now be parsed.
     _require_storable("engine_args", normalised)
-    if settings.OPTGATE_VALIDATE_WITH_VLLM:
-        try:
-            validate_with_vllm_subprocess(normalised)
-        except EngineArgsError as exc:
-            raise InvalidInput({f"engine_args.{key}": message for key, message in exc.errors.items()}) from None
     return normalised
 
 
@@ -107,6 +106,11 @@ def backend_register(
     try:
         with transaction.atomic(durable=True):
             backend.save()
+            if settings.OPTGATE_VALIDATE_WITH_VLLM:
+                # vLLM's parser takes seconds to import: a worker runs it once this commits.
+                EngineArgsCheck.objects.create(backend=backend)
+                backend_id = backend.pk
+                transaction.on_commit(lambda: queue.enqueue(queue.CHECK_BACKEND_ARGS, backend_id))
             ledger_append(
                 kind="backend.registered",
                 subject_type="backend",
@@ -123,3 +127,35 @@ def backend_register(
         # A concurrent registration won the race for this name or fingerprint.
         raise DomainError(f"backend {name!r} or its configuration was registered concurrently") from None
     return backend, True
+
+
+def backend_args_check(*, backend_id: int) -> EngineArgsCheck | None:
+    """Run vLLM's own parser on a registered backend's engine arguments and record its verdict.
+
+    For the worker: returns quietly (the row as it is) when there is no pending check, so a
+    redelivered message is harmless. The verdict is written once, by compare-and-swap from
+    ``pending``, with its ledger entry in the same transaction.
+    """
+    check = EngineArgsCheck.objects.select_related("backend").filter(backend_id=backend_id).first()
+    if check is None or check.status != ArgsCheckStatus.PENDING:
+        return check
+    try:
+        (errors,) = check_with_vllm_subprocess([check.backend.engine_args])
+        status = ArgsCheckStatus.FAILED if errors else ArgsCheckStatus.PASSED
+    except EngineArgsError as exc:  # the check did not run to a verdict (timeout, crash)
+        errors, status = dict(exc.errors), ArgsCheckStatus.ERROR
+    with transaction.atomic(durable=True):
+        moved = EngineArgsCheck.objects.filter(pk=check.pk, status=ArgsCheckStatus.PENDING).update(
+            status=status, errors=errors, checked_at=timezone.now()
+        )
+        if moved:
+            ledger_append(
+                kind="backend.args_checked",
+                subject_type="backend",
+                subject_id=check.backend_id,
+                subject_name=check.backend.name,
+                actor=None,
+                payload={"status": status, "errors": errors},
+            )
+    check.refresh_from_db()
+    return check

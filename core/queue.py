@@ -22,6 +22,7 @@ CLOSE_OBSERVATION_WINDOWS = "optgate.close_observation_windows"
 OPEN_DUE_REVIEWS = "optgate.open_due_reviews"
 REMIND_REVIEWS = "optgate.remind_reviews"
 LEDGER_CHECKPOINT = "optgate.ledger_checkpoint"
+CHECK_BACKEND_ARGS = "optgate.check_backend_args"
 
 
 def enqueue(name: str, *args: Any, task_id: str | None = None) -> None:

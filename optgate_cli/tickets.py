@@ -142,13 +142,33 @@ def _cell(text: Any, width: int) -> str:
     return value if len(value) <= width else value[: width - 1] + "…"
 
 
+def _numbers(task: dict[str, Any]) -> str:
+    """The numbers that decided a task, as the server formatted them (its ``display`` strings)."""
+    parts = []
+    for n in task.get("numbers") or []:
+        text = f"{n.get('label')} {n.get('baseline')} → {n.get('candidate')}"
+        if n.get("change") not in (None, "—"):
+            interval = n.get("interval")
+            text += f" ({n['change']}" + (f", CI {interval}" if interval not in (None, "—") else "") + ")"
+        parts.append(text)
+    return "; ".join(parts) or "—"
+
+
+def _samples(task: dict[str, Any]) -> str:
+    used, needed = task.get("samples_used"), task.get("samples_needed")
+    text = f"{used:,}" if isinstance(used, int) else "—"
+    return text + (f" (+{needed:,} needed)" if isinstance(needed, int) and needed else "")
+
+
 def decision_table(decision: dict[str, Any]) -> str:
-    """Task × role × verdict × reason, then the outcome and the decision's reasons."""
-    rows = [("TASK", "ROLE", "VERDICT", "REASON")]
-    for task, verdict in sorted((decision.get("verdicts") or {}).items()):
-        rows.append((task, verdict.get("role", ""), verdict.get("status", ""), verdict.get("reason", "")))
-    widths = [max(len(_cell(r[i], 200)) for r in rows) for i in range(3)]
-    lines = ["  ".join(_cell(r[i], 200).ljust(widths[i]) for i in range(3)) + "  " + _cell(r[3], 160) for r in rows]
+    """The decision summary: task × role × verdict × the numbers that decided it × samples, then the
+    outcome, the blocking findings (each once), warnings and the next action."""
+    summary = decision.get("summary") or {}
+    rows = [("TASK", "ROLE", "VERDICT", "SAMPLES", "DECIDED BY")]
+    for task in sorted(summary.get("tasks") or [], key=lambda t: str(t.get("task"))):
+        rows.append((task.get("task"), task.get("role", ""), task.get("status", ""), _samples(task), _numbers(task)))
+    widths = [max(len(_cell(r[i], 200)) for r in rows) for i in range(4)]
+    lines = ["  ".join(_cell(r[i], 200).ljust(widths[i]) for i in range(4)) + "  " + _cell(r[4], 200) for r in rows]
     verdict, signed = verdict_of(decision)
     lines.append("")
     lines.append(
@@ -159,11 +179,20 @@ def decision_table(decision: dict[str, Any]) -> str:
         lines.append(f"signed verdict: {verdict}  (candidate may serve: {tasks})")
     else:
         lines.append("signed verdict: not yet signed by reviewers; acting on the gate's proposal")
-    for reason in decision.get("reasons") or []:
-        lines.append(f"  - {reason}")
+    findings = summary.get("findings") or []
+    if findings:
+        lines.append("blocking findings:")
+        lines.extend(f"  - {f.get('task')}: {f.get('text')}" for f in findings)
+    warnings = summary.get("warnings") or []
+    if warnings:
+        lines.append("warnings:")
+        lines.extend(f"  - {w}" for w in warnings)
     needed = decision.get("samples_needed") or {}
     if needed:
         lines.append("samples needed: " + ", ".join(f"{task} +{n}" for task, n in sorted(needed.items())))
+    action = summary.get("next_action") or {}
+    if action.get("text"):
+        lines.append(f"next: {action['text']}")
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,20 +104,25 @@ def test_decision_exits_by_the_gates_outcome(
         assert FP8_CAUSE in output  # the root cause, where the CI log shows it
 
 
-def test_the_decision_table_lists_each_task_with_its_verdict_and_reason(
+def test_the_decision_table_is_the_summary_with_numbers_as_people_read_them(
     run_cli: Any, erin: User, baseline: Backend, candidate: Backend
 ) -> None:
     ticket = judged("reject", erin, baseline, candidate)
     stored = GateDecision.objects.get(ticket=ticket)
     _, output = run_cli("decision", str(ticket.pk))
     header, *rows = output.splitlines()
-    assert header.split()[:4] == ["TASK", "ROLE", "VERDICT", "REASON"]
+    assert header.split()[:6] == ["TASK", "ROLE", "VERDICT", "SAMPLES", "DECIDED", "BY"]
     by_task = {line.split()[0]: line for line in rows if line.split() and line.split()[0] in stored.verdicts}
     assert set(by_task) == {"cs_summary", "dataagent_nl2sql"}
-    assert by_task["dataagent_nl2sql"].split()[1:3] == ["risk", stored.verdicts["dataagent_nl2sql"]["status"]]
-    assert stored.verdicts["dataagent_nl2sql"]["status"] == "fail"
-    assert stored.verdicts["dataagent_nl2sql"]["reason"].split()[0] in by_task["dataagent_nl2sql"]
-    assert all(f"  - {reason}"[:60] in output for reason in stored.reasons)
+    assert by_task["dataagent_nl2sql"].split()[1:4] == ["risk", "fail", "200"]
+    # The failed check's numbers, in percent and points with their interval, not raw fractions.
+    assert "91.0% → 81.0% (−10.0 pts, CI −14.9 to −6.6 pts)" in by_task["dataagent_nl2sql"]
+    assert "ms" in by_task["cs_summary"] and not re.search(r"\d\.\d{4,}", output)
+    # The blocking finding is printed once; the next action closes the summary.
+    finding = next(m for m in stored.verdicts["dataagent_nl2sql"]["metrics"] if m["status"] == "fail")
+    assert output.count(finding["reason"]) == 1
+    assert f"  - dataagent_nl2sql: {finding['reason']}" in output
+    assert "next: You own this ticket: a reviewer signs off the policy's reject next." in output  # erin filed it
 
 
 def test_the_reviewers_signed_verdict_overrides_the_proposal(

@@ -60,8 +60,10 @@ PINNED = {
     "/reviews/": 5,
     "/runs/active/": 4,
 }
-PINNED_TICKET_DETAIL = 8  # + the ticket's id, its row with owner and backends, its task lists, runs, acceptances
-PINNED_DECISION = 7  # + the ticket's id, the decision, its sign-offs with reviewers, one per signed verdict, history
+PINNED_TICKET_DETAIL = 7  # + the ticket's row with owner and backends, its two task lists, runs, acceptances
+# + the ticket's row, the decision, its sign-offs with reviewers, one per signed verdict, history, and
+# the caller's roles (whether the summary's next action is theirs to sign off)
+PINNED_DECISION = 8
 
 
 def _person(username: str, *roles: str) -> User:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.utils.html import escape
 
 from evaluators.models import SampleRecord
 from gates.models import RouteTableVersion, TicketStatus
@@ -23,10 +24,15 @@ def test_the_page_shows_the_verdict_matrix_per_task(erin: Any, rita: Any, baseli
     assert rows["knowledge_qa"]["status"] == "fail" and rows["cs_summary"]["status"] == "pass"
     html = response.content.decode()
     assert "<caption>knowledge_qa (risk)" in html
-    assert decision.verdicts["knowledge_qa"]["reason"] in html or rows["knowledge_qa"]["reason"][:40] in html
+    # The failing check's reason is printed once (in the summary's findings), not again in the
+    # task header or its table row.
+    finding = decision.verdicts["knowledge_qa"]["metrics"][0]
+    assert finding["status"] == "fail"
+    assert html.count(escape(finding["reason"])) == 1
+    assert escape(decision.verdicts["knowledge_qa"]["reason"]) not in html
     # Baseline, candidate, change and interval columns are filled for judged metrics.
     judged = [m for m in rows["cs_summary"]["metrics"] if m["baseline"] is not None]
-    assert judged and all(m["baseline_text"] != "—" for m in judged)
+    assert judged and all(m["display"]["baseline"] != "—" for m in judged)
 
 
 def test_latency_charts_are_server_rendered_svg(erin: Any, rita: Any, baseline: Any, candidate: Any) -> None:
@@ -113,3 +119,28 @@ def test_rolling_back_needs_a_reason_and_moves_the_route_back(
     latest = RouteTableVersion.objects.order_by("-number").first()
     assert latest is not None and latest.kind == "rollback"
     assert {c["to"] for c in latest.changes} == {baseline.name}
+
+
+def test_a_failed_samples_outputs_are_diffed_word_by_word(erin: Any, rita: Any, baseline: Any, candidate: Any) -> None:
+    ticket, _ = evaluated_ticket("restrict", erin, baseline, candidate)
+    pair = {"run__in": [ticket.baseline_run, ticket.candidate_run], "task": "knowledge_qa"}
+    failed = SampleRecord.objects.filter(run=ticket.candidate_run, task="knowledge_qa", passed=False).first()
+    assert failed is not None
+    SampleRecord.objects.filter(**pair, sample_id=failed.sample_id, run=ticket.baseline_run).update(
+        output="Paris is the capital [doc 3]"
+    )
+    SampleRecord.objects.filter(**pair, sample_id=failed.sample_id, run=ticket.candidate_run).update(
+        output="Paris is the <b>capital</b>"
+    )
+    html = client_for(rita).get(f"/tickets/{ticket.pk}/samples/?show=regressions&task=knowledge_qa").content.decode()
+    assert "Baseline → candidate, word by word" in html
+    assert (
+        '<pre class="diff">Paris is the <del>capital [doc 3]</del><ins>&lt;b&gt;capital&lt;/b&gt;</ins></pre>' in html
+    )
+
+
+def test_the_output_diff_keeps_whitespace_and_skips_huge_outputs() -> None:
+    from gates.views.evidence import DIFF_MAX_CHARS, output_diff
+
+    assert output_diff("a b\nc", "a x\nc") == [("equal", "a "), ("removed", "b"), ("added", "x"), ("equal", "\nc")]
+    assert output_diff("x" * DIFF_MAX_CHARS, "y") == []

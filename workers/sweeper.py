@@ -7,7 +7,9 @@
 - a running run past its deadline is re-queued (another attempt) or, after the last attempt,
   failed with the reason;
 - a submitted ticket nobody fanned out is dispatched; an evaluating ticket whose runs are all
-  finished is checked (judged) again.
+  finished is checked (judged) again;
+- a backend whose engine-argument check is still pending well after registration (its message
+  was lost) is sent to the check again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from backends.models import ArgsCheckStatus, EngineArgsCheck
+from backends.vllm_check import CHECK_TIMEOUT_S
 from core import queue
 from evaluators import services as run_services
 from evaluators.models import EvaluationRun, RunStatus
@@ -33,6 +37,8 @@ logger = logging.getLogger(__name__)
 DISPATCH_GRACE = timedelta(seconds=30)
 # Likewise a queued run whose message has not reached the broker yet.
 SEND_GRACE = timedelta(seconds=60)
+# An engine-argument check normally ends within vLLM's own timeout; one pending longer was lost.
+ARGS_CHECK_GRACE = timedelta(seconds=CHECK_TIMEOUT_S + 120)
 
 
 @dataclass
@@ -42,6 +48,7 @@ class SweepReport:
     failed: list[int] = field(default_factory=list)
     dispatched: list[int] = field(default_factory=list)
     checked: list[int] = field(default_factory=list)
+    args_checks: list[int] = field(default_factory=list)
 
 
 def sweep(*, now: datetime | None = None) -> SweepReport:
@@ -85,6 +92,12 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
         elif all(run is not None and run.is_finished for run in runs):
             queue.enqueue(queue.CHECK_TICKET, ticket.pk)
             report.checked.append(ticket.pk)
-    if any((report.resent, report.requeued, report.failed, report.dispatched)):
+    lost_checks = EngineArgsCheck.objects.filter(
+        status=ArgsCheckStatus.PENDING, created_at__lte=now - ARGS_CHECK_GRACE
+    ).values_list("backend_id", flat=True)
+    for backend_id in lost_checks:
+        queue.enqueue(queue.CHECK_BACKEND_ARGS, backend_id)  # the check returns quietly once done
+        report.args_checks.append(backend_id)
+    if any((report.resent, report.requeued, report.failed, report.dispatched, report.args_checks)):
         logger.info("sweep: %s", report)
     return report

@@ -15,6 +15,8 @@ from celery.signals import worker_ready
 from django.conf import settings
 from django.db import OperationalError, close_old_connections
 
+from backends.services import backend_args_check
+from backends.vllm_check import CHECK_TIMEOUT_S
 from core import queue
 from gates.services import evaluation, github, reviews
 from gates.services.notifications import TransientDeliveryError, notification_deliver
@@ -102,6 +104,20 @@ def deliver_notification(notification_id: int) -> None:
 def deliver_github_callback(callback_id: int) -> None:
     """Post one deployment review to GitHub; transient failures come back later, others are final."""
     github.github_callback_deliver(callback_id=callback_id)
+
+
+@shared_task(
+    name=queue.CHECK_BACKEND_ARGS,
+    **COMMON,
+    soft_time_limit=CHECK_TIMEOUT_S + 30,
+    time_limit=CHECK_TIMEOUT_S + 60,
+    autoretry_for=TRANSIENT,
+    retry_backoff=5,
+    max_retries=5,
+)
+def check_backend_args(backend_id: int) -> None:
+    """Check a newly registered backend's engine arguments with vLLM's own parser (off the request path)."""
+    backend_args_check(backend_id=backend_id)
 
 
 @shared_task(name=queue.SWEEP, **COMMON, soft_time_limit=120, time_limit=180)

@@ -9,8 +9,25 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import StrictInputSerializer
-from gates.models import GateDecision, ReasonCode, ReleaseTicket, ReviewerCapacity, SignOff, SignOffVerdict
-from gates.selectors.decisions import decision_current, decisions_before, with_sign_offs
+from core.roles import Actor
+from gates.display import metric_display
+from gates.models import (
+    GateDecision,
+    ReasonCode,
+    ReleaseTicket,
+    ReviewerCapacity,
+    SignOff,
+    SignOffVerdict,
+    TicketStatus,
+)
+from gates.selectors.decisions import (
+    decision_current,
+    decision_shown_fields,
+    decisions_before,
+    sign_off_shown,
+    with_sign_offs,
+)
+from gates.selectors.summary import decision_summary, next_action
 from gates.services import signoff
 
 
@@ -35,6 +52,9 @@ class SignOffSerializer(serializers.ModelSerializer):
 
 
 class DecisionSerializer(serializers.ModelSerializer):
+    """The schema of a decision read; ``ticket_decision`` builds the same fields by hand (faster), plus
+    ``display`` blocks in the verdicts' metrics, the ``summary`` and the ``history``."""
+
     sign_offs = SignOffSerializer(many=True, read_only=True)
     sign_off_state = serializers.SerializerMethodField()
 
@@ -68,13 +88,58 @@ class DecisionSerializer(serializers.ModelSerializer):
         return signoff.signoff_summary(decision, decision.sign_offs.all())  # prefetched by the read
 
 
-def ticket_decision(ticket: ReleaseTicket) -> Response:
-    """The ticket's current decision with its sign-offs, and the earlier decisions in brief."""
+def verdicts_shown(verdicts: dict[str, Any]) -> dict[str, Any]:
+    """The stored verdicts with a ``display`` block per metric: the numbers as the ticket page shows them."""
+    return {
+        task: {**verdict, "metrics": [{**m, "display": metric_display(m)} for m in verdict.get("metrics") or []]}
+        for task, verdict in verdicts.items()
+    }
+
+
+# A decision's judgement (verdicts, reasons, outcome) never changes once stored; only its
+# signature does. So each web process formats a decision's verdicts and summary once and reuses
+# them: reads then pay for the rows, not for re-deriving the display. Keyed by id and creation
+# time, so a reused id (tests rolling back) is never mistaken for another decision.
+_SHOWN_LIMIT = 2048
+_shown: dict[tuple[int, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def decision_shown(decision: GateDecision) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The decision's verdicts with display blocks and its summary (without the signature), memoised."""
+    key = (decision.pk, decision.created_at.isoformat())
+    shown = _shown.get(key)
+    if shown is None:
+        if len(_shown) >= _SHOWN_LIMIT:
+            _shown.pop(next(iter(_shown)))  # the oldest first
+        shown = _shown[key] = (verdicts_shown(decision.verdicts or {}), decision_summary(decision))
+    return shown
+
+
+def ticket_decision(ticket: ReleaseTicket, user: Actor) -> Response:
+    """The ticket's current decision with its sign-offs, its summary, and the earlier decisions in brief."""
     current = decision_current(ticket=ticket)
     if current is None:
         return Response({"detail": f"ticket #{ticket.pk} has no gate decision yet"}, status=status.HTTP_404_NOT_FOUND)
     with_sign_offs(current)
-    return Response({**DecisionSerializer(current).data, "history": decisions_before(current)})
+    sign_offs = list(current.sign_offs.all())  # prefetched with their reviewers
+    verdicts, summary_base = decision_shown(current)
+    data = {
+        **decision_shown_fields(current),
+        "verdicts": verdicts,
+        "sign_offs": [sign_off_shown(s) for s in sign_offs],
+        "sign_off_state": signoff.signoff_summary(current, sign_offs),
+    }
+    # Only a ticket waiting for sign-off needs to know whether this caller may sign (a role lookup).
+    may_sign = ticket.status == TicketStatus.EVALUATED and not signoff.signoff_refusal(ticket, current, user, sign_offs)
+    summary = {
+        **summary_base,
+        "signed_verdict": current.signed_verdict or "",
+        "signed_tasks": list(current.signed_tasks or []),
+    }
+    summary["next_action"] = next_action(
+        status=ticket.status, decision=current, may_sign=may_sign, is_owner=ticket.owner_id == getattr(user, "pk", None)
+    )
+    return Response({**data, "summary": summary, "history": decisions_before(current)})
 
 
 class SignOffInputSerializer(StrictInputSerializer):

@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import django_filters
 from django.contrib.auth.models import User
+from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -203,10 +204,10 @@ class TicketViewSet(
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> Any:
-        # Responses are built by ``ticket_rows``; the reads need only the ticket's id, the other
-        # actions the ticket itself.
-        if self.action in ("retrieve", "decision"):
-            return ReleaseTicket.objects.only("pk")
+        # Responses are built by ``ticket_rows`` (``retrieve`` reads nothing else); the decision read
+        # needs the ticket's status and owner, the other actions the ticket itself.
+        if self.action == "decision":  # the summary's next action reads the status and the owner
+            return ReleaseTicket.objects.only("pk", "status", "owner_id")
         return ReleaseTicket.objects.all()
 
     def filter_queryset(self, queryset: Any) -> Any:
@@ -222,7 +223,17 @@ class TicketViewSet(
 
     @extend_schema(responses={200: TicketDetailSerializer})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(_with_provenance(self.get_object()))
+        # The ticket's row is the only read: no separate lookup of the ticket before it.
+        try:
+            rows = ticket_rows(ReleaseTicket.objects.filter(pk=int(kwargs["pk"])))
+        except (TypeError, ValueError, OverflowError):
+            rows = []
+        if not rows:
+            raise Http404("No ReleaseTicket matches the given query.")
+        shown = rows[0]
+        runs = ReleaseTicket.objects.select_related("baseline_run__imported_by", "candidate_run__imported_by")
+        shown["provenance"] = ticket_provenance(runs.get(pk=shown["id"]))
+        return Response(shown)
 
     def get_permissions(self) -> Sequence[Any]:
         # Transition actions are open to every signed-in role; the service decides who may act.
@@ -299,7 +310,7 @@ class TicketViewSet(
     @action(detail=True, methods=["get"], permission_classes=[permissions.IsAuthenticated])
     def decision(self, request: Request, pk: str | None = None) -> Response:
         """The ticket's current gate decision, its sign-offs and earlier decisions."""
-        return ticket_decision(self.get_object())
+        return ticket_decision(self.get_object(), request.user)
 
     @extend_schema(request=SignOffInputSerializer, responses={201: dict})
     @action(detail=True, methods=["post"], url_path="sign-off", permission_classes=[permissions.IsAuthenticated])

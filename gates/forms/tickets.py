@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 
 from backends.models import Backend
+from gates.display import human
 from gates.models import (
     TRANSITIONS,
     Bottleneck,
@@ -53,7 +54,10 @@ class TicketForm(forms.Form):
     mechanisms = forms.MultipleChoiceField(
         choices=[(m, m) for m in Mechanism.values], widget=forms.CheckboxSelectMultiple, required=False
     )
-    bottleneck = forms.ChoiceField(choices=[("", "— choose —"), *Bottleneck.choices], required=False)
+    # "KV memory", not the model choices' generated "Kv Memory".
+    bottleneck = forms.ChoiceField(
+        choices=[("", "— choose —"), *((b, human(b)) for b in Bottleneck.values)], required=False
+    )
     bottleneck_evidence = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,

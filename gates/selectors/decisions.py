@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet, prefetch_related_objects
 
 from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, SignOff, TicketStatus
+from gates.selectors.tickets import utc_iso
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_entries
 
@@ -67,3 +68,86 @@ def decisions_before(decision: GateDecision) -> list[dict[str, Any]]:
     """The ticket's other decisions in brief, newest first."""
     earlier = GateDecision.objects.filter(ticket_id=decision.ticket_id).exclude(pk=decision.pk).order_by("-id")
     return [dict(row) for row in earlier.values("id", "outcome", "policy_version", "dry_run", "created_at")]
+
+
+# The API's decision and sign-off schemas: ``gates.api.decisions`` declares these fields.
+SIGN_OFF_FIELDS = (
+    "id",
+    "reviewer",
+    "capacity",
+    "verdict",
+    "tasks",
+    "reason_code",
+    "comment",
+    "override",
+    "override_reason",
+    "created_at",
+)
+DECISION_FIELDS = (
+    "id",
+    "ticket",
+    "policy_version",
+    "dry_run",
+    "baseline_run",
+    "candidate_run",
+    "outcome",
+    "reasons",
+    "verdicts",
+    "proposed_routes",
+    "allowed_tasks",
+    "samples_needed",
+    "warnings",
+    "seed",
+    "created_at",
+    "signed_verdict",
+    "signed_tasks",
+    "signed_at",
+)
+
+
+def _time(moment: Any) -> str | None:
+    return None if moment is None else utc_iso(moment)
+
+
+def sign_off_shown(sign_off: SignOff) -> dict[str, Any]:
+    """One sign-off as the API shows it (``SignOffSerializer(sign_off).data``); its reviewer loaded."""
+    return {
+        "id": sign_off.pk,
+        "reviewer": sign_off.reviewer.get_username(),
+        "capacity": sign_off.capacity,
+        "verdict": sign_off.verdict,
+        "tasks": sign_off.tasks,
+        "reason_code": sign_off.reason_code,
+        "comment": sign_off.comment,
+        "override": sign_off.override,
+        "override_reason": sign_off.override_reason,
+        "created_at": _time(sign_off.created_at),
+    }
+
+
+def decision_shown_fields(decision: GateDecision) -> dict[str, Any]:
+    """The decision's own fields as the API shows them (``DecisionSerializer`` without the sign-offs).
+
+    Built by hand: through the ModelSerializer, building its fields from the model (and a nested
+    one per sign-off) was most of a decision read's CPU. Tests hold the two equal.
+    """
+    return {
+        "id": decision.pk,
+        "ticket": decision.ticket_id,
+        "policy_version": decision.policy_version,
+        "dry_run": decision.dry_run,
+        "baseline_run": decision.baseline_run_id,
+        "candidate_run": decision.candidate_run_id,
+        "outcome": decision.outcome,
+        "reasons": decision.reasons,
+        "verdicts": decision.verdicts,
+        "proposed_routes": decision.proposed_routes,
+        "allowed_tasks": decision.allowed_tasks,
+        "samples_needed": decision.samples_needed,
+        "warnings": decision.warnings,
+        "seed": decision.seed,
+        "created_at": _time(decision.created_at),
+        "signed_verdict": decision.signed_verdict,
+        "signed_tasks": decision.signed_tasks,
+        "signed_at": _time(decision.signed_at),
+    }

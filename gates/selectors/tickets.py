@@ -108,7 +108,7 @@ TICKET_ROW_FIELDS = [
 ]
 
 
-def _utc_iso(moment: datetime) -> str:
+def utc_iso(moment: datetime) -> str:
     """A stored time as DRF's DateTimeField writes it with ``TIME_ZONE = "UTC"``."""
     text = moment.astimezone(UTC).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
@@ -139,7 +139,7 @@ def ticket_rows(tickets: QuerySet[ReleaseTicket]) -> list[dict[str, Any]]:
             ticket[relation] = slugs[row["id"]]
         ticket["owner"] = row["owner__username"]
         for name in TICKET_TIMES:
-            ticket[name] = None if row[name] is None else _utc_iso(row[name])
+            ticket[name] = None if row[name] is None else utc_iso(row[name])
         shown.append({name: ticket[name] for name in TICKET_FIELDS})
     return shown
 

@@ -54,6 +54,7 @@ def backend_detail(request: HttpRequest, name: str) -> HttpResponse:
         "sampling_json": json.dumps(backend.sampling_params, indent=2, sort_keys=True),
         "recipe_json": json.dumps(backend.prefix_cache_key_recipe, indent=2, sort_keys=True),
         "cache_missing": cache_key_recipe(backend)["missing"],
+        "args_check": getattr(backend, "args_check", None),
         "history": list(ledger_entries(subject_type="backend", subject_id=str(backend.pk)).order_by("seq")[:50]),
     }
     return render(request, "backends/detail.html", context)

@@ -6,38 +6,26 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from gates.display import metric_display
 from gates.forms.review import SignOffForm
 from gates.models import GateDecision, ReleaseTicket
 from gates.selectors.decisions import decision_current
 from gates.selectors.routes import route_table
+from gates.selectors.summary import FINDING_STATUSES
 from gates.services import signoff
-
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return f"{value:.4g}"
-
-
-def _interval(value: Any) -> str:
-    if not value or len(value) != 2 or value[0] is None:
-        return "—"
-    return f"[{_num(value[0])}, {_num(value[1])}]"
 
 
 def verdict_rows(verdicts: dict[str, Any]) -> list[dict[str, Any]]:
     """The stored per-task verdicts (``TaskVerdict.to_dict()``) as display rows, numbers formatted."""
     rows = []
     for task, verdict in verdicts.items():
+        holds_back = verdict.get("status") in FINDING_STATUSES
         metrics = [
             {
                 **metric,
-                "baseline_text": _num(metric.get("baseline")),
-                "candidate_text": _num(metric.get("candidate")),
-                "effect_text": _num(metric.get("effect")),
-                "interval_text": _interval(metric.get("interval")),
+                "display": metric.get("display") or metric_display(metric),
+                # The summary lists these once; the full table points there instead of repeating them.
+                "is_finding": holds_back and metric.get("status") == verdict.get("status"),
             }
             for metric in verdict.get("metrics", [])
         ]

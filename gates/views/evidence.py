@@ -4,6 +4,8 @@ counters, and the failing samples of both runs side by side.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,26 @@ ENGINE_KEYS = (
 )
 LATENCY_METRICS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"))
 SAMPLE_LIMIT = 25
+# Word-level diffs of two outputs; longer outputs are shown side by side only (the diff is quadratic).
+DIFF_MAX_CHARS = 20_000
+_WORDS = re.compile(r"\s+|[^\s]+")
+
+
+def output_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """``before`` → ``after`` word by word: ``(op, text)`` with op ``equal``, ``removed`` or ``added``."""
+    if len(before) + len(after) > DIFF_MAX_CHARS:
+        return []
+    a, b = _WORDS.findall(before), _WORDS.findall(after)
+    segments: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            segments.append(("equal", "".join(a[i1:i2])))
+            continue
+        if i2 > i1:
+            segments.append(("removed", "".join(a[i1:i2])))
+        if j2 > j1:
+            segments.append(("added", "".join(b[j1:j2])))
+    return segments
 
 
 @dataclass
@@ -143,6 +165,13 @@ class SamplePair:
     def target(self) -> str:
         record = self.candidate or self.baseline
         return record.target if record else ""
+
+    @property
+    def diff(self) -> list[tuple[str, str]]:
+        """The baseline's output → the candidate's, word by word (empty when one side is missing or equal)."""
+        if self.baseline is None or self.candidate is None or self.baseline.output == self.candidate.output:
+            return []
+        return output_diff(self.baseline.output, self.candidate.output)
 
 
 def sample_pairs(ticket: ReleaseTicket, params: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from gates.forms.tickets import REASON_CODES, TICKET_ERROR_FIELDS, TicketForm, T
 from gates.models import Mechanism, ReleaseTicket, TicketStatus
 from gates.selectors.decisions import decision_current
 from gates.selectors.evidence import ticket_provenance
+from gates.selectors.summary import decision_summary, next_action
 from gates.selectors.tickets import task_types, ticket_get, ticket_list
 from gates.services import signoff
 from gates.services import tickets as services
@@ -167,6 +168,8 @@ def _ticket_page(
     evidence = build_evidence(ticket)
     samples = sample_pairs(ticket, request.GET)
     decision = latest_decision(ticket)
+    record = decision["record"] if decision else None
+    signoff_state = signoff_context(ticket, decision, user, signoff_form)
     context = {
         "ticket": ticket,
         "timeline": list(ledger_entries(subject_type="ticket", subject_id=str(ticket.pk)).order_by("seq")),
@@ -176,10 +179,17 @@ def _ticket_page(
         "route_changes": proposed_route_changes(ticket, decision),
         "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
-        "signoff": signoff_context(ticket, decision, user, signoff_form),
         "provenance": ticket_provenance(ticket),
         # Only a reviewer other than the owner accepts the owner's imported evidence.
         "can_accept_evidence": REVIEWER in roles and ticket.owner_id != user.pk,
+        "signoff": signoff_state,
+        "summary": decision_summary(record) if record else None,
+        "next_action": next_action(
+            status=ticket.status,
+            decision=record,
+            may_sign=bool(signoff_state.get("form")),
+            is_owner=ticket.owner_id == user.pk,
+        ),
     }
     return render(request, "tickets/detail.html", context, status=status)
 

@@ -64,6 +64,11 @@ class Command(BaseCommand):
         parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before measuring")
         parser.add_argument("--think-ms", type=float, default=0.0, help="pause of each client between requests")
         parser.add_argument("--target-p99-ms", type=float, default=100.0)
+        parser.add_argument(
+            "--endpoints",
+            default="",
+            help="comma-separated subset, e.g. 'ticket detail,decision' (the CPU figure is then theirs alone)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one log line per request would drown the figures
@@ -82,6 +87,12 @@ class Command(BaseCommand):
             "decision": lambda: f"/api/v1/tickets/{random.choice(decided_ids)}/decision/",
             "ledger list": lambda: "/api/v1/ledger/",
         }
+        if options["endpoints"]:
+            chosen = [name.strip() for name in options["endpoints"].split(",") if name.strip()]
+            unknown = sorted(set(chosen) - set(endpoints))
+            if unknown:
+                raise CommandError(f"unknown endpoints {unknown}; known: {', '.join(endpoints)}")
+            endpoints = {name: endpoints[name] for name in chosen}
         self.stdout.write(
             f"{connection.vendor} database with {total_tickets} tickets; gunicorn {options['workers']} worker(s) × "
             f"{options['threads']} thread(s); {options['clients']} clients for {options['duration']:.0f} s "

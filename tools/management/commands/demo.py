@@ -25,6 +25,7 @@ from backends.models import Backend
 from evaluators.models import EvaluationRun, RunStatus
 from evaluators.processes import port_is_free
 from gates.models import ReleaseTicket, TicketStatus
+from gates.selectors.summary import decision_summary, next_action, numbers_text
 from ledger.selectors import ledger_verify
 from tools.demo.fleet import DEMO_PASSWORD, DEMO_USERS, demo_backends_register, demo_tickets_file, demo_users_create
 from tools.demo.processes import DemoProcesses
@@ -197,7 +198,18 @@ class Command(BaseCommand):
             decision = GateDecision.objects.filter(ticket=ticket).order_by("-created_at").first()
             outcome = decision.outcome if decision else ticket.status
             self.stdout.write(self.style.SUCCESS(f"#{ticket.pk} {ticket.title}: {outcome}"))
-            for reason in (decision.reasons if decision else [])[:6]:
-                self.stdout.write(f"    - {reason}")
+            if decision is None:
+                continue
+            # The same summary as the ticket page: per task the numbers that decided it, each
+            # blocking finding once, then what to do next.
+            summary = decision_summary(decision)
+            for task in summary["tasks"]:
+                self.stdout.write(
+                    f"    {task['task']} ({task['role']}): {task['status']} — {numbers_text(task['numbers'])}"
+                )
+            for finding in summary["findings"]:
+                self.stdout.write(f"    - {finding['task']}: {finding['text']}")
+            action = next_action(status=ticket.status, decision=decision)
+            self.stdout.write(f"    next: {action['text']}")
         report = ledger_verify()
         self.stdout.write(f"ledger: {report.checked} entries, chain {'verified' if report.ok else 'BROKEN'}")

@@ -1,0 +1,136 @@
+"""The decision summary: what a reviewer needs from one screen, in the same shape for UI, API and CLI.
+
+The outcome; one row per task with its verdict and the one or two numbers that decided it (with
+their intervals, in the metric's unit); the blocking findings, each once; and the next action for
+the person looking. It reads only the stored decision, so the API and the page build it without
+further queries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gates.display import metric_display
+from gates.models import DecisionOutcome, GateDecision, TicketStatus
+
+DECIDING_PER_TASK = 2
+# Which metrics decided a task, by its verdict: the failures of a failed task, the open questions
+# of an inconclusive one, and for a passing task its promises (objectives and mechanism checks)
+# before its guardrails.
+_KIND_ORDER = {"objective": 0, "mechanism": 1, "guardrail": 2, "tradeable": 3}
+WARNING_PREFIX = "Warning: "
+# A task in one of these states holds the release back; its checks in the same state are the findings.
+FINDING_STATUSES = ("fail", "inconclusive", "error")
+
+
+def _deciding(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    metrics = list(verdict.get("metrics") or [])
+    status = verdict.get("status")
+    if status in FINDING_STATUSES:
+        chosen = [m for m in metrics if m.get("status") == status]
+        chosen.sort(key=lambda m: (not m.get("critical"), _KIND_ORDER.get(m.get("kind", ""), 9)))
+    else:
+        chosen = [m for m in metrics if m.get("status") == "pass" and m.get("kind") != "tradeable"]
+        chosen.sort(key=lambda m: (_KIND_ORDER.get(m.get("kind", ""), 9), not m.get("critical")))
+    return chosen[:DECIDING_PER_TASK]
+
+
+def _number_row(metric: dict[str, Any]) -> dict[str, Any]:
+    return {"metric": metric.get("metric", ""), "status": metric.get("status", ""), **metric_display(metric)}
+
+
+def _samples_used(verdict: dict[str, Any]) -> int | None:
+    # Per-sample metrics carry the sample count; one-figure metrics (n=1) say nothing about it.
+    counts = [m["n"] for m in verdict.get("metrics") or [] if isinstance(m.get("n"), int) and m["n"] > 1]
+    return max(counts) if counts else None
+
+
+def _findings(verdicts: dict[str, Any]) -> list[dict[str, str]]:
+    """The failed (or unsettled) checks that hold the release back, one reason text each."""
+    findings = []
+    for task, verdict in verdicts.items():
+        status = verdict.get("status")
+        if status not in FINDING_STATUSES:
+            continue
+        for metric in verdict.get("metrics") or []:
+            if metric.get("status") == status:
+                findings.append(
+                    {
+                        "task": task,
+                        "metric": metric.get("metric", ""),
+                        "status": status,
+                        "text": metric.get("reason", ""),
+                    }
+                )
+    return findings
+
+
+def numbers_text(numbers: list[dict[str, Any]]) -> str:
+    """A task's deciding numbers in one line: "Pass rate 91.0% → 81.0% (−10.0 pts, CI −14.9 to −6.6 pts)"."""
+    parts = []
+    for n in numbers:
+        text = f"{n['label']} {n['baseline']} → {n['candidate']}"
+        if n["change"] != "—":
+            text += f" ({n['change']}" + (f", CI {n['interval']}" if n["interval"] != "—" else "") + ")"
+        parts.append(text)
+    return "; ".join(parts) or "—"
+
+
+def decision_summary(decision: GateDecision) -> dict[str, Any]:
+    """The viewer-independent part of the summary of ``decision`` (see the module docstring)."""
+    verdicts: dict[str, Any] = decision.verdicts or {}
+    tasks = [
+        {
+            "task": task,
+            "role": verdict.get("role", ""),
+            "status": verdict.get("status", ""),
+            "numbers": [_number_row(m) for m in _deciding(verdict)],
+            "samples_used": _samples_used(verdict),
+            "samples_needed": verdict.get("samples_needed") or (decision.samples_needed or {}).get(task),
+        }
+        for task, verdict in verdicts.items()
+    ]
+    return {
+        "decision": decision.pk,
+        "outcome": decision.outcome,
+        "policy_version": decision.policy_version,
+        "signed_verdict": decision.signed_verdict or "",
+        "signed_tasks": list(decision.signed_tasks or []),
+        "allowed_tasks": list(decision.allowed_tasks or []),
+        "tasks": tasks,
+        "findings": _findings(verdicts),
+        "warnings": [r.removeprefix(WARNING_PREFIX) for r in decision.reasons or [] if r.startswith(WARNING_PREFIX)],
+    }
+
+
+def next_action(
+    *, status: str, decision: GateDecision | None, may_sign: bool = False, is_owner: bool = False
+) -> dict[str, str]:
+    """What the person looking should do next: ``{"action": …, "text": …}``.
+
+    ``action`` is one of ``sign_off``, ``await_sign_off``, ``evaluate_again``, ``fix_config``,
+    ``start_canary``, ``promote``, ``wait`` or ``none``; ``may_sign`` says the viewer may sign the
+    decision now, ``is_owner`` that they filed the ticket.
+    """
+    if decision is None or status in (TicketStatus.DRAFT, TicketStatus.SUBMITTED, TicketStatus.EVALUATING):
+        return {"action": "wait", "text": "Wait for the evaluation: the gate decides when both runs have finished."}
+    if status == TicketStatus.NEEDS_EVIDENCE or decision.outcome == DecisionOutcome.NEEDS_EVIDENCE:
+        needed = decision.samples_needed or {}
+        more = ", ".join(f"{task} about {n:,} more" for task, n in needed.items())
+        text = "Evaluate again" + (f" with more samples ({more})." if more else " to settle the open checks.")
+        return {"action": "evaluate_again", "text": text}
+    if status == TicketStatus.EVALUATED:
+        if may_sign:
+            return {"action": "sign_off", "text": f"Sign off: the policy proposes {decision.outcome}."}
+        who = "You own this ticket: a reviewer" if is_owner else "A reviewer"
+        return {"action": "await_sign_off", "text": f"{who} signs off the policy's {decision.outcome} next."}
+    if status == TicketStatus.REJECTED:
+        return {
+            "action": "fix_config",
+            "text": "Fix the candidate's configuration for the blocking findings and file a new ticket.",
+        }
+    if status in (TicketStatus.APPROVED, TicketStatus.RESTRICTED):
+        return {"action": "start_canary", "text": "Start the canary: the canary tenants route to the candidate first."}
+    if status == TicketStatus.CANARY:
+        return {"action": "promote", "text": "Promote after the observation window, or roll back."}
+    return {"action": "none", "text": f"Nothing is waiting: the ticket is {status.replace('_', ' ')}."}
