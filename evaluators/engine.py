@@ -44,7 +44,9 @@ _NOISE_RE = re.compile(r"^\s*$|it/s\]|s/it\]|^\s*\d+%\|")
 _ERROR_LINE_RE = re.compile(r"(^|\s)([A-Za-z_][\w.]*(Error|Exception|Exit)|Traceback|CRITICAL|ERROR)\b")
 _EXCEPTION_RE = re.compile(r"(?:^|\)\s|\]\s)([A-Za-z_][\w.]*(?:Error|Exception)): ")
 # Exceptions that only report that another one happened earlier in the log.
-_WRAPPER_RE = re.compile(r"see root cause above|initialization failed|failed core proc", re.IGNORECASE)
+_WRAPPER_RE = re.compile(
+    r"see root cause above|initialization failed|failed core proc|see stack trace|encountered an issue", re.IGNORECASE
+)
 
 
 class EngineStartError(RuntimeError):
@@ -287,6 +289,9 @@ def _wait_healthy(handle: EngineHandle, timeout_s: float) -> None:
 def _start_error(handle: EngineHandle, headline: str, exit_code: int | None) -> EngineStartError:
     # Read more than we show, so the error line is found even behind a long shutdown trace.
     tail = handle.last_log_lines(200)
+    # The log may hold an earlier start of the same attempt: read from this start's command line on.
+    starts = [i for i, line in enumerate(tail) if line.startswith("$ ")]
+    tail = tail[starts[-1] :] if starts else tail
     error_line = find_error_line(tail)
     shown = tail[-30:]
     message = headline + (f": {error_line}" if error_line else "")

@@ -300,6 +300,11 @@ def test_error_line_is_the_root_cause_not_the_wrapper_that_points_at_it() -> Non
         "Failed core proc(s): {}",
     ]
     assert find_error_line(lines) == lines[2]
+    dead = "(APIServer pid=8) ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+    assert (
+        find_error_line([dead + "encountered an issue. See stack trace (above) for the root cause.", *lines])
+        == lines[2]
+    )
     # With only the wrapper in view, it is still better than nothing.
     assert find_error_line(lines[3:]) == lines[4]
 

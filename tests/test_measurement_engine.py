@@ -45,8 +45,9 @@ def kit() -> Kit:
 
 
 @pytest.fixture
-def kit_backend(kit: Kit, settings: Any, erin: User) -> Any:
+def kit_backend(kit: Kit, settings: Any, erin: User, tmp_path: Any) -> Any:
     settings.OPTGATE_MODEL_ROOTS = [kit.root]
+    settings.OPTGATE_ARTIFACTS_DIR = tmp_path  # run ids restart with each test database
 
     def register(name: str, **engine_args: Any) -> Backend:
         backend, _ = backend_register(

@@ -46,7 +46,8 @@ def test_the_summary_comes_first_and_everything_else_is_folded(
     assert summary_at < html.index('id="review"') < html.index('<details class="fold"')
     # ... and every detail section is a closed <details> that opens on demand.
     folds = re.findall(r'<details class="fold" id="([a-z]+)-fold"\s*(open)?>', html)
-    assert [name for name, _ in folds] == ["verdicts", "latency", "engine", "samples", "routes", "plan", "timeline"]
+    names = ["provenance", "verdicts", "latency", "engine", "samples", "routes", "plan", "timeline"]
+    assert [name for name, _ in folds] == names
     assert not any(is_open for _, is_open in folds)
     assert html.index("<svg") > html.index('<details class="fold" id="latency-fold"')
 
@@ -199,3 +200,28 @@ def test_the_demo_terminal_prints_the_same_summary(erin: Any, baseline: Any, can
     finding = next(m for m in decision.verdicts["dataagent_nl2sql"]["metrics"] if m["status"] == "fail")
     assert text.count(finding["reason"]) == 1
     assert "    next: A reviewer signs off the policy's reject next." in text
+
+
+def test_an_engine_that_could_not_start_asks_to_fix_its_configuration(
+    erin: Any, rita: Any, baseline: Any, candidate: Any
+) -> None:
+    from evaluators.models import RunErrorKind, RunStatus
+
+    cause = "ValueError: User-specified max_model_len (8192) is greater than the derived max_model_len (2048)"
+    base = store_run(baseline, {"cs_summary": task_spec(outcomes(200, 0.9, 3))})
+    crashed = store_run(
+        candidate,
+        {},
+        status=RunStatus.ERROR,
+        error=f"engine exited with code 1 during start-up: {cause}",
+        error_kind=RunErrorKind.START_FAILED,
+    )
+    ticket = evaluating_ticket(
+        erin, baseline, candidate, base, crashed, beneficiary_tasks=tasks("cs_summary"), risk_tasks=[]
+    )
+    assert decisions.decision_make(ticket=ticket).outcome == "error"
+    response, html = _page(rita, ticket)
+    action = response.context["next_action"]
+    assert action["action"] == "fix_config" and "max_model_len (8192)" in action["text"]
+    assert "reject" in action["text"]  # the reviewer may close it
+    assert escape(cause) in html

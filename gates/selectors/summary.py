@@ -119,6 +119,10 @@ def next_action(
         more = ", ".join(f"{task} about {n:,} more" for task, n in needed.items())
         text = "Evaluate again" + (f" with more samples ({more})." if more else " to settle the open checks.")
         return {"action": "evaluate_again", "text": text}
+    if status == TicketStatus.EVALUATED and decision.outcome == DecisionOutcome.ERROR:
+        cause = (decision.reasons or ["", "an engine could not start"])[1:2] or ["an engine could not start"]
+        text = f"Fix the configuration that could not start ({cause[0]}) and file a new ticket"
+        return {"action": "fix_config", "text": text + ("; sign off reject to close this one." if may_sign else ".")}
     if status == TicketStatus.EVALUATED:
         if may_sign:
             return {"action": "sign_off", "text": f"Sign off: the policy proposes {decision.outcome}."}

@@ -170,6 +170,7 @@ def _ticket_page(
     decision = latest_decision(ticket)
     record = decision["record"] if decision else None
     signoff_state = signoff_context(ticket, decision, user, signoff_form)
+    provenance = ticket_provenance(ticket)
     context = {
         "ticket": ticket,
         "timeline": list(ledger_entries(subject_type="ticket", subject_id=str(ticket.pk)).order_by("seq")),
@@ -179,7 +180,9 @@ def _ticket_page(
         "route_changes": proposed_route_changes(ticket, decision),
         "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
-        "provenance": ticket_provenance(ticket),
+        "provenance": provenance,
+        # Open only while the owner's own imported evidence waits for another reviewer's acceptance.
+        "provenance_open": any(row["owner_imported"] and not row["accepted"] for row in provenance),
         # Only a reviewer other than the owner accepts the owner's imported evidence.
         "can_accept_evidence": REVIEWER in roles and ticket.owner_id != user.pk,
         "signoff": signoff_state,
