@@ -109,3 +109,11 @@ def test_a_queueing_claim_without_queueing_is_inconclusive_naming_open_loop_arri
     verdict = judge_task(DEFAULT, TaskEvidence("code_assistant", base, cand), role="beneficiary", bottleneck="queueing")
     claim = next(m for m in verdict.metrics if m.source == "bottleneck:queueing")
     assert claim.status == "inconclusive" and "open-loop (Poisson) arrivals" in claim.reason
+
+
+def test_throughput_sentences_read_as_numbers() -> None:
+    from gates.judge.wording import amount
+
+    assert amount(1000.0, " tok/s") == "1,000 tok/s"
+    assert amount(187.4, " tok/s") == "187 tok/s"
+    assert amount(12.34, " tok/s") == "12.3 tok/s"

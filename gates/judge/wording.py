@@ -25,6 +25,8 @@ def amount(value: float, unit: str) -> str:
         return f"{value:.0f} ms" if value >= 100 else f"{value:.1f} ms"
     if unit == "%":
         return pct(value)
+    if abs(value) >= 100:
+        return f"{value:,.0f}{unit}"  # 1,000 tok/s, never 1e+03
     return f"{value:.3g}{unit}"
 
 
