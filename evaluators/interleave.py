@@ -31,8 +31,13 @@ from evaluators.loadgen import LoadRequest, RequestRecord, run_load_sync, summar
 logger = logging.getLogger(__name__)
 
 BASELINE, CANDIDATE = "baseline", "candidate"
-# Chunks per task: each side gets this many blocks (four is the least that balances order and drift).
-DEFAULT_BLOCKS = 4
+# Chunks per task: each side gets this many blocks. Four is the least that balances order and
+# linear drift; eight alternate often enough that a neighbour's burst of a second or two (blocks of
+# a dozen requests last about that long on a small CPU) lands on both sides alike.
+DEFAULT_BLOCKS = 8
+# Requests each engine serves, untimed, before the first block: an engine whose quality phase was
+# reused from an earlier run has served nothing yet, and first batches pay one-off costs.
+WARMUP_REQUESTS = 4
 KV_SAMPLE_INTERVAL_S = 0.25
 
 
@@ -246,9 +251,13 @@ def measure_interleaved(
     on_block: Callable[[int, int], None] | None = None,
 ) -> tuple[InterleavedLoad, list[range]]:
     """Send ``requests`` to both endpoints in balanced alternating blocks; returns the blocks and
-    the request indexes of each chunk. ``on_block(done, total)`` reports progress."""
+    the request indexes of each chunk. Each engine first serves a few requests untimed (warm-up),
+    and every block starts from an empty prefix cache. ``on_block(done, total)`` reports progress."""
     indexes = split_chunks(len(requests), chunks)
     order = block_order(len(indexes))
+    warmup = list(requests[:WARMUP_REQUESTS])
+    for endpoint in endpoints.values():
+        run_load_sync(endpoint.base_url, endpoint.model, warmup, concurrency=concurrency, seed=seed)
     blocks: list[BlockResult] = []
     for position, (chunk, side) in enumerate(order):
         endpoint = endpoints[side]
