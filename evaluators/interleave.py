@@ -4,8 +4,10 @@ Two runs measured one after the other drift apart on a shared machine (13-61 % o
 nothing): whatever else the machine does lands on one side only. Here the task's load is split
 into chunks and every chunk is sent to both engines in adjacent blocks, in the balanced order
 AB BA BA AB (for four chunks), so slow drift falls on both sides alike and the same prompts are
-timed on both. Each block starts from an empty prefix cache (the quality phase must not warm the
-load) and is bracketed by ``/metrics`` scrapes; a sampler reads the KV-cache usage gauge while the
+timed on both. Each engine's prefix cache is emptied once before its first block (the quality
+phase, which sent the very same prompts, must not warm the load; what the load's own prompts
+share, a document or a schema, may be reused as real traffic would); each block is bracketed by
+``/metrics`` scrapes; a sampler reads the KV-cache usage gauge while the
 block runs. What a block measured is kept per block, so the judge can show drift across blocks
 and use per-block throughput for an interval.
 
@@ -252,16 +254,20 @@ def measure_interleaved(
 ) -> tuple[InterleavedLoad, list[range]]:
     """Send ``requests`` to both endpoints in balanced alternating blocks; returns the blocks and
     the request indexes of each chunk. Each engine first serves a few requests untimed (warm-up),
-    and every block starts from an empty prefix cache. ``on_block(done, total)`` reports progress."""
+    then its prefix cache is emptied once, so its first block starts cold and later blocks reuse only
+    what the load itself shares. ``on_block(done, total)`` reports progress."""
     indexes = split_chunks(len(requests), chunks)
     order = block_order(len(indexes))
     warmup = list(requests[:WARMUP_REQUESTS])
-    for endpoint in endpoints.values():
+    cleared: dict[str, bool] = {}
+    for side, endpoint in endpoints.items():
         run_load_sync(endpoint.base_url, endpoint.model, warmup, concurrency=concurrency, seed=seed)
+        # Nothing the quality phase or the warm-up sent stays cached; from here on the cache holds
+        # only what the load itself shares (documents, schemas), as it would under real traffic.
+        cleared[side] = reset_prefix_cache(endpoint.base_url)
     blocks: list[BlockResult] = []
     for position, (chunk, side) in enumerate(order):
         endpoint = endpoints[side]
-        cleared = reset_prefix_cache(endpoint.base_url)
         before = _scrape(endpoint.base_url)
         with KvSampler(endpoint.base_url) as sampler:
             result = run_load_sync(
@@ -287,7 +293,7 @@ def measure_interleaved(
                 duration_s=result.duration_s,
                 summary=result.summary(),
                 engine=engine,
-                cache_reset=cleared,
+                cache_reset=cleared[side] and not any(b.side == side for b in blocks),
             )
         )
         if on_block:
