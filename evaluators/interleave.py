@@ -170,7 +170,9 @@ def combine_engine(per_block: Sequence[dict[str, float | None]]) -> dict[str, fl
             combined[key] = None
         elif key.endswith(("_peak", "_max")):
             combined[key] = max(values)
-        elif key.endswith(("_mean_ms", "_time_weighted_mean")):
+        elif key.endswith("_mean_ms"):
+            combined[key] = _weighted_mean(per_block, key)
+        elif key.endswith("_time_weighted_mean"):
             combined[key] = math.fsum(values) / len(values)
         else:
             combined[key] = math.fsum(values)
@@ -183,6 +185,17 @@ def combine_engine(per_block: Sequence[dict[str, float | None]]) -> dict[str, fl
             1.0 + accepted / drafts if accepted is not None and drafts else None
         )
     return combined
+
+
+def _weighted_mean(per_block: Sequence[dict[str, float | None]], key: str) -> float | None:
+    """A per-request mean over blocks, each block weighted by the requests it finished."""
+    pairs = [(b[key], b.get("request_success") or 0.0) for b in per_block if b.get(key) is not None]
+    weight = math.fsum(float(w) for _, w in pairs)
+    if not pairs:
+        return None
+    if weight <= 0:
+        return math.fsum(float(v) for v, _ in pairs) / len(pairs)  # type: ignore[arg-type]
+    return math.fsum(float(v) * float(w) for v, w in pairs) / weight  # type: ignore[arg-type]
 
 
 class KvSampler:

@@ -83,6 +83,14 @@ def test_engine_evidence_adds_counters_and_recomputes_rates_over_blocks() -> Non
     assert combined["prefix_cache_hits"] == 60 and combined["prefix_cache_queries"] == 200
     assert combined["prefix_cache_hit_rate"] == pytest.approx(0.3)
     assert combined["kv_cache_usage_peak"] == 0.4
+    # The engine's latency means are per request: a block that finished more requests weighs more.
+    means = combine_engine(
+        [
+            {"engine_ttft_mean_ms": 10.0, "request_success": 30.0},
+            {"engine_ttft_mean_ms": 40.0, "request_success": 10.0},
+        ]
+    )
+    assert means["engine_ttft_mean_ms"] == pytest.approx(17.5)
 
 
 # --- drift: interleaved vs one after the other, on real HTTP servers -------------------------------
