@@ -12,7 +12,7 @@ from gates.judge.verdicts import MetricVerdict, RunTaskEvidence, TaskEvidence, T
 from gates.policy.parse import load_policy
 
 DEFAULT = load_policy("default")
-PERFORMANCE_GUARDRAILS = {"goodput", "ttft_p95", "e2e_p95", "e2e_p99"}
+PERFORMANCE_GUARDRAILS = {"goodput", "ttft_p95", "e2e_p95"}
 
 
 def _lognormal(n: int, seed: int, median: float) -> list[float]:
@@ -45,6 +45,8 @@ def test_every_task_carries_goodput_and_tail_latency_guardrails() -> None:
     for task in DEFAULT.tasks:
         guarded = {rule.metric for rule in DEFAULT.task(task).guardrails}  # type: ignore[union-attr]
         assert guarded >= PERFORMANCE_GUARDRAILS, task
+        # P99 over a task's 100 requests is one or two of them: reported, not yet deciding.
+        assert "e2e_p99" in {rule.metric for rule in DEFAULT.task(task).tradeable}, task  # type: ignore[union-attr]
     assert DEFAULT.version_label == "default@3"
 
 
