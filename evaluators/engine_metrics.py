@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +129,20 @@ def engine_latency_means(before: MetricsSnapshot, after: MetricsSnapshot) -> dic
     return means
 
 
+def counter_rates(counters: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The rates derived from counter deltas (one scrape pair's, or several blocks' summed)."""
+    # As vLLM defines it (vllm/v1/spec_decode/metrics.py): 1 + accepted / drafts — every draft
+    # step yields the accepted tokens plus the one token the target model always produces.
+    per_draft = _ratio(counters.get("spec_decode_accepted_tokens"), counters.get("spec_decode_drafts"))
+    return {
+        "prefix_cache_hit_rate": _ratio(counters.get("prefix_cache_hits"), counters.get("prefix_cache_queries")),
+        "spec_decode_acceptance_rate": _ratio(
+            counters.get("spec_decode_accepted_tokens"), counters.get("spec_decode_draft_tokens")
+        ),
+        "spec_decode_mean_accepted_length": None if per_draft is None else 1.0 + per_draft,
+    }
+
+
 def derive_engine_evidence(
     before: MetricsSnapshot,
     after: MetricsSnapshot,
@@ -143,14 +157,7 @@ def derive_engine_evidence(
     ``latency_since`` to ``after`` when given (the load phase alone), else the whole window.
     """
     evidence: dict[str, float | None] = {key: _delta(before, after, names) for key, names in COUNTERS.items()}
-    evidence["prefix_cache_hit_rate"] = _ratio(evidence["prefix_cache_hits"], evidence["prefix_cache_queries"])
-    evidence["spec_decode_acceptance_rate"] = _ratio(
-        evidence["spec_decode_accepted_tokens"], evidence["spec_decode_draft_tokens"]
-    )
-    # As vLLM defines it (vllm/v1/spec_decode/metrics.py): 1 + accepted / drafts — every draft
-    # step yields the accepted tokens plus the one token the target model always produces.
-    per_draft = _ratio(evidence["spec_decode_accepted_tokens"], evidence["spec_decode_drafts"])
-    evidence["spec_decode_mean_accepted_length"] = None if per_draft is None else 1.0 + per_draft
+    evidence.update(counter_rates(evidence))
     evidence.update(engine_latency_means(latency_since or before, after))
     peaks = [p for s in (before, *during, after) if (p := s.gauge_max(*KV_USAGE_GAUGES)) is not None]
     evidence["kv_cache_usage_peak"] = max(peaks) if peaks else None

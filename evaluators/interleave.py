@@ -22,12 +22,18 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
 
-from evaluators.engine_metrics import KV_USAGE_GAUGES, MetricsSnapshot, derive_engine_evidence, scrape_metrics
+from evaluators.engine_metrics import (
+    KV_USAGE_GAUGES,
+    MetricsSnapshot,
+    counter_rates,
+    derive_engine_evidence,
+    scrape_metrics,
+)
 from evaluators.loadgen import LoadRequest, RequestRecord, run_load_sync, summarize
 
 logger = logging.getLogger(__name__)
@@ -120,8 +126,7 @@ class InterleavedLoad:
         out: list[dict[str, Any]] = []
         for block in self.side(side):
             for offset, record in zip(indexes[block.chunk], block.records, strict=True):
-                data = {**_record_json(record), "index": offset, "block": block.position, "chunk": block.chunk}
-                out.append(data)
+                out.append({**asdict(record), "index": offset, "block": block.position, "chunk": block.chunk})
         return sorted(out, key=lambda r: r["index"])
 
     def summary(self, side: str) -> dict[str, Any]:
@@ -152,14 +157,9 @@ def drift(blocks: Sequence[BlockResult]) -> dict[str, float | None]:
     return out
 
 
-# Counters add up over blocks; rates are recomputed from the summed counters; gauges take the peak.
-_RATES = {
-    "prefix_cache_hit_rate": ("prefix_cache_hits", "prefix_cache_queries"),
-    "spec_decode_acceptance_rate": ("spec_decode_accepted_tokens", "spec_decode_draft_tokens"),
-}
-
-
 def combine_engine(per_block: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
+    """One side's engine evidence over its blocks: counters add up, peaks take the maximum, latency
+    means are weighted by requests, and the rates are recomputed from the summed counters."""
     if not per_block:
         return {}
     keys = {key for block in per_block for key in block}
@@ -176,14 +176,7 @@ def combine_engine(per_block: Sequence[dict[str, float | None]]) -> dict[str, fl
             combined[key] = math.fsum(values) / len(values)
         else:
             combined[key] = math.fsum(values)
-    for rate, (numerator, denominator) in _RATES.items():
-        num, den = combined.get(numerator), combined.get(denominator)
-        combined[rate] = num / den if num is not None and den else None
-    accepted, drafts = combined.get("spec_decode_accepted_tokens"), combined.get("spec_decode_drafts")
-    if "spec_decode_mean_accepted_length" in combined:
-        combined["spec_decode_mean_accepted_length"] = (
-            1.0 + accepted / drafts if accepted is not None and drafts else None
-        )
+    combined.update(counter_rates(combined))  # not the blocks' rates averaged
     return combined
 
 
@@ -320,16 +313,3 @@ def _scrape(base_url: str) -> MetricsSnapshot | None:
     except Exception as exc:  # an endpoint without /metrics has no engine evidence, not zero
         logger.warning("could not scrape %s/metrics: %s", base_url, exc)
         return None
-
-
-def _record_json(record: RequestRecord) -> dict[str, Any]:
-    return {
-        "start_s": record.start_s,
-        "ttft_s": record.ttft_s,
-        "tpot_s": record.tpot_s,
-        "itl_s": record.itl_s,
-        "e2e_s": record.e2e_s,
-        "output_tokens": record.output_tokens,
-        "prompt_tokens": record.prompt_tokens,
-        "error": record.error,
-    }

@@ -21,6 +21,8 @@ from gates.models import (
     TicketStatus,
 )
 from gates.selectors.decisions import (
+    DECISION_FIELDS,
+    SIGN_OFF_FIELDS,
     decision_current,
     decision_shown_fields,
     decisions_before,
@@ -36,18 +38,7 @@ class SignOffSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = SignOff
-        fields = [
-            "id",
-            "reviewer",
-            "capacity",
-            "verdict",
-            "tasks",
-            "reason_code",
-            "comment",
-            "override",
-            "override_reason",
-            "created_at",
-        ]
+        fields = list(SIGN_OFF_FIELDS)
         read_only_fields = fields
 
 
@@ -60,28 +51,7 @@ class DecisionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = GateDecision
-        fields = [
-            "id",
-            "ticket",
-            "policy_version",
-            "dry_run",
-            "baseline_run",
-            "candidate_run",
-            "outcome",
-            "reasons",
-            "verdicts",
-            "proposed_routes",
-            "allowed_tasks",
-            "samples_needed",
-            "warnings",
-            "seed",
-            "created_at",
-            "signed_verdict",
-            "signed_tasks",
-            "signed_at",
-            "sign_offs",
-            "sign_off_state",
-        ]
+        fields = [*DECISION_FIELDS, "sign_offs", "sign_off_state"]
         read_only_fields = fields
 
     def get_sign_off_state(self, decision: GateDecision) -> list[dict[str, Any]]:

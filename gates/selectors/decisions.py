@@ -70,7 +70,8 @@ def decisions_before(decision: GateDecision) -> list[dict[str, Any]]:
     return [dict(row) for row in earlier.values("id", "outcome", "policy_version", "dry_run", "created_at")]
 
 
-# The API's decision and sign-off schemas: ``gates.api.decisions`` declares these fields.
+# The fields of a decision and a sign-off as read: the hand-built read here and the API serializers
+# (``gates.api.decisions``) both list these.
 SIGN_OFF_FIELDS = (
     "id",
     "reviewer",
