@@ -27,6 +27,7 @@ from typing import Any, Literal
 import httpx
 
 from backends.engine_args import build_serve_argv, ensure_model_allowed, validate_engine_args
+from evaluators.engine_metrics import measurement_argv
 from evaluators.processes import HOST, find_free_port, kill_process_group, wait_port_free
 
 DEFAULT_KV_CACHE_GIB = "1"
@@ -242,7 +243,7 @@ def launch_engine(
         engine_args=normalised,
         host=HOST,
         port=port,
-    )
+    ) + measurement_argv(normalised)
     log_file = Path(log_path)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:

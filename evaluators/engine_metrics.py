@@ -6,6 +6,7 @@ hits" and "this engine cannot tell us about its prefix cache" are different fact
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,6 +33,44 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "request_success": ("vllm:request_success",),
 }
 KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+# The engine's cache configuration as an info gauge: its labels carry the KV blocks and their size.
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+# Percentiles read from the engine's histogram buckets over a window (Prometheus'
+# histogram_quantile: linear within the bucket the rank falls in). vLLM's default latency buckets
+# start at 300 ms, too coarse for a queue on a small engine, so the engines OptGate starts get the
+# finer ones below (``--custom-histogram-buckets``, see :func:`measurement_argv`).
+HISTOGRAM_P95_MS: dict[str, str] = {
+    "engine_queue_p95_ms": "vllm:request_queue_time_seconds",
+}
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.03,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
 # The engine's own view of per-request latency (histograms: the mean over the window is exact,
 # percentiles would be bucket-coarse). Compared with the load generator's figures they show how
 # much of a client-side TTFT was delivery rather than queueing or prefill.
@@ -41,6 +80,15 @@ HISTOGRAM_MEANS_MS: dict[str, str] = {
     "engine_prefill_mean_ms": "vllm:request_prefill_time_seconds",
     "engine_e2e_mean_ms": "vllm:e2e_request_latency_seconds",
 }
+
+
+def measurement_argv(engine_args: Mapping[str, Any]) -> list[str]:
+    """Serve flags OptGate adds to the engines it starts so the bottleneck can be measured: latency
+    histogram buckets fine enough for a millisecond queue (unless the backend sets its own)."""
+    if "custom_histogram_buckets" in engine_args:
+        return []
+    buckets = {"request_latency": list(LATENCY_BUCKETS_S)}
+    return ["--custom-histogram-buckets", json.dumps(buckets, separators=(",", ":"))]
 
 
 def parse_prometheus(text: str) -> dict[MetricKey, float]:
@@ -80,6 +128,28 @@ class MetricsSnapshot:
             values = [v for (n, _), v in self.samples.items() if n == name]
             if values:
                 return max(values)
+        return None
+
+    def buckets(self, name: str) -> dict[float, float]:
+        """A histogram's cumulative bucket counts ``{upper bound: count}``, summed over label sets."""
+        counts: dict[float, float] = {}
+        for (n, labels), value in self.samples.items():
+            if n == name + "_bucket":
+                bound = float(dict(labels)["le"])
+                counts[bound] = counts.get(bound, 0.0) + value
+        return counts
+
+    def kv_capacity_tokens(self) -> float | None:
+        """Tokens the KV cache holds (blocks x block size, from the cache-config info gauge)."""
+        for (n, labels), _ in self.samples.items():
+            if n == CACHE_CONFIG_INFO:
+                info = dict(labels)
+                try:
+                    if "kv_cache_size_tokens" in info:  # vLLM >= 0.2x states it directly
+                        return float(info["kv_cache_size_tokens"])
+                    return float(info["num_gpu_blocks"]) * float(info["block_size"])
+                except (KeyError, ValueError):  # "None" before the engine sized its cache
+                    return None
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +199,39 @@ def engine_latency_means(before: MetricsSnapshot, after: MetricsSnapshot) -> dic
     return means
 
 
+def histogram_quantile(before: MetricsSnapshot, after: MetricsSnapshot, name: str, q: float) -> float | None:
+    """The ``q`` quantile (seconds) of what a histogram observed between two scrapes, interpolated
+    linearly within its bucket as Prometheus' ``histogram_quantile`` does; None for no observations.
+    A rank in the open last bucket (``+Inf``) answers that bucket's lower bound."""
+    if not 0 < q < 1:
+        raise ValueError(f"q must be within (0, 1), got {q}")
+    end = after.buckets(name)
+    start = before.buckets(name)
+    counts = sorted((bound, value - start.get(bound, 0.0)) for bound, value in end.items())
+    if not counts or counts[-1][1] <= 0:
+        return None
+    rank = q * counts[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in counts:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound
+            if count == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+def engine_latency_p95(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float | None]:
+    """P95 (ms) of the engine's queue time over the requests finished between two scrapes."""
+    out: dict[str, float | None] = {}
+    for key, histogram in HISTOGRAM_P95_MS.items():
+        value = histogram_quantile(before, after, histogram, 0.95)
+        out[key] = None if value is None else value * 1000.0
+    return out
+
+
 def counter_rates(counters: Mapping[str, float | None]) -> dict[str, float | None]:
     """The rates derived from counter deltas (one scrape pair's, or several blocks' summed)."""
     # As vLLM defines it (vllm/v1/spec_decode/metrics.py): 1 + accepted / drafts — every draft
@@ -159,6 +262,8 @@ def derive_engine_evidence(
     evidence: dict[str, float | None] = {key: _delta(before, after, names) for key, names in COUNTERS.items()}
     evidence.update(counter_rates(evidence))
     evidence.update(engine_latency_means(latency_since or before, after))
+    evidence.update(engine_latency_p95(latency_since or before, after))
+    evidence["kv_capacity_tokens"] = after.kv_capacity_tokens()
     peaks = [p for s in (before, *during, after) if (p := s.gauge_max(*KV_USAGE_GAUGES)) is not None]
     evidence["kv_cache_usage_peak"] = max(peaks) if peaks else None
     return evidence
