@@ -21,8 +21,8 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -32,6 +32,7 @@ from evaluators.engine_metrics import (
     MetricsSnapshot,
     counter_rates,
     derive_engine_evidence,
+    engine_latency_p95,
     scrape_metrics,
 )
 from evaluators.loadgen import LoadRequest, RequestRecord, run_load_sync, summarize
@@ -72,12 +73,27 @@ def split_chunks(count: int, chunks: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(chunks)]
 
 
+# Body fields the load itself controls; a backend's sampling params cannot override them.
+LOAD_CONTROLLED = frozenset({"model", "prompt", "messages", "max_tokens", "stream", "stream_options", "n"})
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    """A live engine to measure: its base URL and the model name it serves."""
+    """A live engine to measure: its base URL and the model name it serves, and what the gateway
+    adds to every request sent to it: the backend's sampling params and each tenant's cache salt."""
 
     base_url: str
     model: str
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    salts: Mapping[str, str] = field(default_factory=dict)
+
+    def prepare(self, request: LoadRequest) -> LoadRequest:
+        """``request`` as the gateway would send it to this backend."""
+        body = {key: value for key, value in self.sampling.items() if key not in LOAD_CONTROLLED}
+        body.update(request.extra_body)
+        if salt := self.salts.get(request.tenant):
+            body["cache_salt"] = salt
+        return replace(request, extra_body=body)
 
 
 @dataclass
@@ -114,9 +130,11 @@ class BlockResult:
 
 @dataclass
 class InterleavedLoad:
-    """Both sides' blocks of one task, in the order they ran."""
+    """Both sides' blocks of one task, in the order they ran, and per side the scrapes before its
+    first block and after its last (the engine served nothing else in between)."""
 
     blocks: list[BlockResult]
+    spans: dict[str, tuple[MetricsSnapshot, MetricsSnapshot]] = field(default_factory=dict)
 
     def side(self, side: str) -> list[BlockResult]:
         return sorted((b for b in self.blocks if b.side == side), key=lambda b: b.chunk)
@@ -140,8 +158,12 @@ class InterleavedLoad:
         return summary
 
     def engine(self, side: str) -> dict[str, float | None]:
-        """The side's engine evidence summed over its blocks (counters) or taken over them (gauges)."""
-        return combine_engine([b.engine for b in self.side(side)])
+        """The side's engine evidence summed over its blocks (counters) or taken over them (gauges);
+        percentiles from the histograms over the side's whole span."""
+        combined = combine_engine([b.engine for b in self.side(side)])
+        if side in self.spans:
+            combined.update(engine_latency_p95(*self.spans[side]))
+        return combined
 
 
 def drift(blocks: Sequence[BlockResult]) -> dict[str, float | None]:
@@ -157,6 +179,10 @@ def drift(blocks: Sequence[BlockResult]) -> dict[str, float | None]:
     return out
 
 
+# Engine figures that describe a configuration rather than count work: the same in every block.
+LEVELS = ("kv_capacity_tokens", "max_concurrency")
+
+
 def combine_engine(per_block: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
     """One side's engine evidence over its blocks: counters add up, peaks take the maximum, latency
     means are weighted by requests, and the rates are recomputed from the summed counters."""
@@ -168,8 +194,10 @@ def combine_engine(per_block: Sequence[dict[str, float | None]]) -> dict[str, fl
         values = [v for block in per_block if (v := block.get(key)) is not None]
         if not values:
             combined[key] = None
-        elif key.endswith(("_peak", "_max")):
+        elif key.endswith(("_peak", "_max")) or key in LEVELS:
             combined[key] = max(values)
+        elif key.endswith("_p95_ms"):
+            combined[key] = max(values)  # an upper bound; InterleavedLoad.engine reads the span's
         elif key.endswith("_mean_ms"):
             combined[key] = _weighted_mean(per_block, key)
         elif key.endswith("_time_weighted_mean"):
@@ -254,24 +282,30 @@ def measure_interleaved(
     requests: Sequence[LoadRequest],
     *,
     chunks: int = DEFAULT_BLOCKS,
-    concurrency: int,
+    concurrency: int | None,
     seed: int,
+    request_rate: float | None = None,
+    warmup: bool = True,
     on_block: Callable[[int, int], None] | None = None,
 ) -> tuple[InterleavedLoad, list[range]]:
     """Send ``requests`` to both endpoints in balanced alternating blocks; returns the blocks and
-    the request indexes of each chunk. Each engine first serves a few requests untimed (warm-up),
-    then its prefix cache is emptied once, so its first block starts cold and later blocks reuse only
-    what the load itself shares. ``on_block(done, total)`` reports progress."""
+    the request indexes of each chunk. Each engine first serves a few requests untimed (warm-up,
+    unless ``warmup`` is False), then its prefix cache is emptied once, so its first block starts
+    cold and later blocks reuse only what the load itself shares. Closed loop at ``concurrency``,
+    or open loop with Poisson arrivals at ``request_rate`` (then latency counts from each request's
+    scheduled arrival). ``on_block(done, total)`` reports progress."""
     indexes = split_chunks(len(requests), chunks)
     order = block_order(len(indexes))
-    warmup = list(requests[:WARMUP_REQUESTS])
     cleared: dict[str, bool] = {}
     for side, endpoint in endpoints.items():
-        run_load_sync(endpoint.base_url, endpoint.model, warmup, concurrency=concurrency, seed=seed)
+        if warmup:
+            warm = [endpoint.prepare(r) for r in requests[:WARMUP_REQUESTS]]
+            run_load_sync(endpoint.base_url, endpoint.model, warm, concurrency=concurrency or 1, seed=seed)
         # Nothing the quality phase or the warm-up sent stays cached; from here on the cache holds
         # only what the load itself shares (documents, schemas), as it would under real traffic.
         cleared[side] = reset_prefix_cache(endpoint.base_url)
     blocks: list[BlockResult] = []
+    spans: dict[str, list[MetricsSnapshot | None]] = {}
     for position, (chunk, side) in enumerate(order):
         endpoint = endpoints[side]
         before = _scrape(endpoint.base_url)
@@ -279,11 +313,13 @@ def measure_interleaved(
             result = run_load_sync(
                 endpoint.base_url,
                 endpoint.model,
-                [requests[i] for i in indexes[chunk]],
+                [endpoint.prepare(requests[i]) for i in indexes[chunk]],
                 concurrency=concurrency,
+                request_rate=request_rate,
                 seed=seed + chunk,
             )
         after = _scrape(endpoint.base_url)
+        spans.setdefault(side, [before, None])[1] = after
         engine: dict[str, float | None] = {}
         if before is not None and after is not None:
             engine = derive_engine_evidence(before, after, during=())
@@ -304,7 +340,8 @@ def measure_interleaved(
         )
         if on_block:
             on_block(position + 1, len(order))
-    return InterleavedLoad(blocks), indexes
+    complete = {side: (first, last) for side, (first, last) in spans.items() if first is not None and last is not None}
+    return InterleavedLoad(blocks, complete), indexes
 
 
 def _scrape(base_url: str) -> MetricsSnapshot | None:

@@ -28,6 +28,7 @@ __all__ = [
     "LoadRequest",
     "LoadResult",
     "RequestRecord",
+    "arrival_schedule",
     "build_workload",
     "percentile",
     "run_load",
@@ -40,12 +41,14 @@ PERCENTILES = (50, 90, 95, 99)
 
 @dataclass(frozen=True)
 class LoadRequest:
-    """One request: a completion ``prompt`` or chat ``messages``, plus body extras (e.g. cache_salt)."""
+    """One request: a completion ``prompt`` or chat ``messages``, plus body extras (e.g. cache_salt),
+    and the tenant it comes from (the gateway salts the prefix cache per tenant)."""
 
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
     max_tokens: int = 128
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    tenant: str = ""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -60,10 +63,15 @@ class LoadRequest:
 
 @dataclass
 class RequestRecord:
-    """What one request measured; times in seconds, ``start_s`` relative to the run start."""
+    """What one request measured; times in seconds, ``start_s`` relative to the run start.
+
+    Under open-loop arrivals ``scheduled_s`` is when the request was due, and TTFT and E2E count
+    from then: a user whose request waited in the client waited all the same.
+    """
 
     index: int
     start_s: float = 0.0
+    scheduled_s: float | None = None
     ttft_s: float | None = None
     tpot_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
@@ -208,10 +216,12 @@ async def _send(
     request: LoadRequest,
     record: RequestRecord,
     ignore_eos: bool,
+    start: float | None = None,
 ) -> None:
-    """Stream one request, filling ``record``; every failure becomes ``record.error``."""
+    """Stream one request, filling ``record``; every failure becomes ``record.error``. Latencies
+    count from ``start`` (perf_counter) when given, else from the send."""
     chunks = 0
-    start = time.perf_counter()
+    start = time.perf_counter() if start is None else start
     last = start
     try:
         async with client.post(base_url + request.endpoint, json=_payload(model, request, ignore_eos)) as resp:
@@ -266,8 +276,9 @@ async def run_load(
 ) -> LoadResult:
     """Send ``requests`` (in order) with at most ``concurrency`` in flight and/or Poisson arrivals.
 
-    With neither limit every request starts at once. Arrival gaps are drawn from ``seed`` so two
-    backends see the same schedule.
+    With neither limit every request starts at once. Arrival times are drawn from ``seed`` so two
+    backends see the same schedule; with ``request_rate`` (open loop) each request's latencies
+    count from its scheduled arrival, not from when the client got round to sending it.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError("concurrency must be >= 1")
@@ -276,7 +287,7 @@ async def run_load(
     base_url = base_url.rstrip("/")
     limit = concurrency or max(len(requests), 1)
     gate = asyncio.Semaphore(limit)
-    rng = random.Random(seed)
+    schedule = arrival_schedule(len(requests), request_rate, seed) if request_rate is not None else None
     records = [RequestRecord(index=i) for i in range(len(requests))]
     http = aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=timeout_s, connect=10.0),
@@ -284,16 +295,21 @@ async def run_load(
     )
 
     async def one(i: int, run_start: float) -> None:
+        due = None
+        if schedule is not None:
+            records[i].scheduled_s = schedule[i]
+            due = run_start + schedule[i]
         async with gate:
             records[i].start_s = time.perf_counter() - run_start
-            await _send(http, base_url, model, requests[i], records[i], ignore_eos)
+            await _send(http, base_url, model, requests[i], records[i], ignore_eos, start=due)
 
     try:
         run_start = time.perf_counter()
         tasks = []
         for i in range(len(requests)):
-            if request_rate is not None and i > 0:
-                await asyncio.sleep(rng.expovariate(request_rate))
+            if schedule is not None:
+                # Sleep to the absolute arrival time, so the client's own delays do not add up.
+                await asyncio.sleep(max(0.0, run_start + schedule[i] - time.perf_counter()))
             tasks.append(asyncio.create_task(one(i, run_start)))
         await asyncio.gather(*tasks)
         duration = time.perf_counter() - run_start
@@ -301,6 +317,20 @@ async def run_load(
         await http.close()
     config = {"concurrency": concurrency, "request_rate": request_rate, "seed": seed, "ignore_eos": ignore_eos}
     return LoadResult(records=records, duration_s=duration, config=config)
+
+
+def arrival_schedule(count: int, rate: float, seed: int) -> list[float]:
+    """Poisson arrival times (seconds from the start) of ``count`` requests at ``rate`` per second;
+    the first arrives at 0 and the same seed gives the same schedule."""
+    if rate <= 0:
+        raise ValueError("request_rate must be > 0")
+    rng = random.Random(seed)
+    times, now = [], 0.0
+    for i in range(count):
+        if i > 0:
+            now += rng.expovariate(rate)
+        times.append(now)
+    return times
 
 
 def run_load_sync(base_url: str, model: str, requests: Sequence[LoadRequest], **kwargs: Any) -> LoadResult:

@@ -7,6 +7,7 @@ Nothing here touches the database; :mod:`evaluators.services` stores what these 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import tempfile
@@ -15,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.engine_metrics import MetricsSnapshot, derive_engine_evidence, scrape_metrics
-from evaluators.interleave import BASELINE, CANDIDATE, DEFAULT_BLOCKS, Endpoint, measure_interleaved
-from evaluators.loadgen import LoadRequest, run_load_sync
+from evaluators.interleave import BASELINE, CANDIDATE, DEFAULT_BLOCKS, Endpoint, InterleavedLoad, measure_interleaved
+from evaluators.loadgen import LoadRequest, build_workload, run_load_sync
 from evaluators.suites import get_suite
 from evaluators.suites.base import Suite
 from evaluators.suites.lm_eval_task import write_task_folder
@@ -26,7 +27,28 @@ logger = logging.getLogger(__name__)
 # 100 requests per task: the most latency samples the default policy asks of any task (cs_summary).
 # The failure reason of a sample whose request the engine refused (HTTP 400 and the like).
 REQUEST_REFUSED = "request_refused"
-DEFAULT_LOAD_PROFILE: dict[str, Any] = {"concurrency": 4, "requests_per_task": 100, "seed": 0, "quality_concurrency": 4}
+# ``open_loop_requests`` of them are sent again as Poisson arrivals at OPEN_LOOP_UTILISATION of the
+# request rate the baseline sustained in the closed loop (its capacity at that concurrency).
+DEFAULT_LOAD_PROFILE: dict[str, Any] = {
+    "concurrency": 4,
+    "requests_per_task": 100,
+    "seed": 0,
+    "quality_concurrency": 4,
+    "open_loop_requests": 32,
+}
+OPEN_LOOP_UTILISATION = 0.9
+OPEN_LOOP_BLOCKS = 4
+# The kv_memory stress profile (run when a ticket claims that bottleneck, ``profile["stress"]``):
+# long documents built from the task's own prompts, as many at once as would need twice the
+# baseline's KV cache, within a bound a worker can serve; four interleaved blocks per side.
+STRESS_CONTEXT_WORDS = 600
+STRESS_FILL = 2.0
+STRESS_MAX_CONCURRENCY = 32
+STRESS_BLOCKS = 4
+STRESS_MAX_TOKENS = 64
+# The gateway's tenants the load comes from, in turn; each gets its cache salt (see
+# backends.prefix_cache), so a cache partitioned per tenant is measured as it would serve.
+LOAD_TENANTS = ("tenant-a", "tenant-b", "tenant-c", "tenant-d")
 
 
 @dataclass
@@ -125,8 +147,12 @@ def load_requests(suite: Suite, *, count: int, seed: int) -> tuple[list[str], li
     random.Random(f"{suite.slug}:{seed}").shuffle(order)
     chosen = [samples[i] for i in order[: max(1, min(count, len(samples)))]]
     requests = [
-        LoadRequest(messages=[{"role": "user", "content": s["prompt"]}], max_tokens=suite.max_gen_tokens)
-        for s in chosen
+        LoadRequest(
+            messages=[{"role": "user", "content": s["prompt"]}],
+            max_tokens=suite.max_gen_tokens,
+            tenant=LOAD_TENANTS[k % len(LOAD_TENANTS)],
+        )
+        for k, s in enumerate(chosen)
     ]
     return [s["id"] for s in chosen], requests
 
@@ -243,12 +269,126 @@ def evaluate_pair_task(
         concurrency=int(profile["concurrency"]),
         seed=int(profile["seed"]),
     )
+    open_loop = _open_loop_point(endpoints, requests, load, profile, on_phase)
+    stressed_here = profile.get("stress") == "kv_memory" and slug in profile.get("stress_tasks", [slug])
+    stress = _kv_stress_point(endpoints, suite, requests, load, profile, on_phase) if stressed_here else None
     for side, outcome in outcomes.items():
         outcome.performance = load.summary(side)
         outcome.requests = [{**r, "sample_id": sample_ids[r["index"]]} for r in load.records(side, indexes)]
         outcome.engine_evidence = load.engine(side)
+        outcome.engine_evidence.update(kv_concurrency(outcome.engine_evidence, outcome.requests, suite.max_gen_tokens))
+        if open_loop is not None:
+            point, point_indexes, rate = open_loop
+            summary = point.summary(side)
+            summary["request_rate"] = rate
+            summary["requests"] = [
+                {**r, "sample_id": sample_ids[r["index"]]} for r in point.records(side, point_indexes)
+            ]
+            summary["engine"] = point.engine(side)
+            outcome.performance["open_loop"] = summary
+        if stress is not None:
+            plan, stressed = stress
+            outcome.performance["stress"] = {"plan": plan, "point": _point_summary(stressed, side)}
         latency = {r["sample_id"]: r["e2e_s"] for r in outcome.requests if r.get("e2e_s") is not None}
         for sample in outcome.samples:
             if sample.sample_id in latency:
                 sample.latency_ms = latency[sample.sample_id] * 1000.0
     return outcomes[BASELINE], outcomes[CANDIDATE]
+
+
+def _open_loop_point(
+    endpoints: dict[str, Endpoint],
+    requests: list[LoadRequest],
+    closed: InterleavedLoad,
+    profile: dict[str, Any],
+    on_phase: Any,
+) -> tuple[InterleavedLoad, list[range], float] | None:
+    """Load as users send it: the task's first ``open_loop_requests`` prompts again, arriving as a
+    Poisson stream near the baseline's capacity (the request rate it sustained in the closed loop),
+    in interleaved blocks with each engine's prefix cache emptied first. None when the profile asks
+    for no open-loop point or the baseline completed nothing to size it by."""
+    count = min(int(profile.get("open_loop_requests", 0)), len(requests))
+    capacity = closed.summary(BASELINE).get("request_throughput")
+    if count < OPEN_LOOP_BLOCKS or not capacity:
+        return None
+    rate = OPEN_LOOP_UTILISATION * float(capacity)
+    if on_phase:
+        on_phase("load (open loop)")
+    point, indexes = measure_interleaved(
+        endpoints,
+        requests[:count],
+        chunks=OPEN_LOOP_BLOCKS,
+        concurrency=None,
+        request_rate=rate,
+        seed=int(profile["seed"]) + 1,
+        warmup=False,
+    )
+    return point, indexes, rate
+
+
+def kv_concurrency(engine: dict[str, Any], requests: list[dict[str, Any]], max_tokens: int) -> dict[str, float | None]:
+    """How many of the task's longest requests (prompt plus the most it may generate) the engine's
+    KV cache holds at once — the capacity a KV-memory change moves, read from the engine."""
+    capacity = engine.get("kv_capacity_tokens")
+    prompts = [int(r["prompt_tokens"]) for r in requests if r.get("prompt_tokens")]
+    if not capacity or not prompts:
+        return {"task_context_tokens": None, "max_concurrency": None}
+    context = max(prompts) + max_tokens
+    return {"task_context_tokens": float(context), "max_concurrency": float(capacity) / context}
+
+
+def _point_summary(point: InterleavedLoad | None, side: str) -> dict[str, Any] | None:
+    if point is None:
+        return None
+    summary = point.summary(side)
+    summary["engine"] = point.engine(side)
+    return summary
+
+
+def _kv_stress_point(
+    endpoints: dict[str, Endpoint],
+    suite: Suite,
+    requests: list[LoadRequest],
+    closed: InterleavedLoad,
+    profile: dict[str, Any],
+    on_phase: Any,
+) -> tuple[dict[str, Any], InterleavedLoad | None]:
+    """The kv_memory stress profile: long contexts at a concurrency that needs twice the baseline's
+    KV cache (sized from its capacity and the tokens per word its engine counted in the closed loop).
+    Returns the plan, and the measured point — or None with the plan saying why it was not run (a
+    cache too large to fill within the bound is itself the finding: KV memory is not this
+    engine's bottleneck)."""
+    engine = closed.engine(BASELINE)
+    capacity, prompt_tokens = engine.get("kv_capacity_tokens"), engine.get("prompt_tokens")
+    plan: dict[str, Any] = {"profile": "kv_memory", "kv_capacity_tokens": capacity}
+    words = sum(len(m["content"].split()) for r in requests for m in (r.messages or []))
+    if not capacity or not prompt_tokens or not words:
+        return {**plan, "skipped": "the baseline engine did not report its KV capacity"}, None
+    tokens_per_word = float(prompt_tokens) / words
+    context_tokens = STRESS_CONTEXT_WORDS * tokens_per_word + STRESS_MAX_TOKENS
+    needed = math.ceil(STRESS_FILL * float(capacity) / context_tokens)
+    plan.update(context_tokens=round(context_tokens), concurrency_needed=needed)
+    if needed > STRESS_MAX_CONCURRENCY:
+        plan["skipped"] = (
+            f"the baseline's KV cache holds {capacity:,.0f} tokens, {float(capacity) / context_tokens:,.0f} requests "
+            f"of ~{context_tokens:,.0f} tokens at once; filling it needs more than the {STRESS_MAX_CONCURRENCY} "
+            "concurrent requests this profile sends"
+        )
+        return plan, None
+    concurrency = max(4, needed)
+    long_requests = build_workload(
+        "long_context",
+        samples=[s["prompt"] for s in suite.load_samples()],
+        n=concurrency * STRESS_BLOCKS,
+        seed=int(profile["seed"]),
+        chat=True,
+        max_tokens=STRESS_MAX_TOKENS,
+        context_words=STRESS_CONTEXT_WORDS,
+    )
+    plan["concurrency"] = concurrency
+    if on_phase:
+        on_phase("load (kv_memory stress)")
+    point, _ = measure_interleaved(
+        endpoints, long_requests, chunks=STRESS_BLOCKS, concurrency=concurrency, seed=int(profile["seed"]), warmup=False
+    )
+    return plan, point

@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from backends.models import Backend
+from backends.prefix_cache import cache_salt
 from core.canonical import canonical_json, sha256_hex
 from core.errors import DomainError, InvalidInput
 from evaluators import pipeline
@@ -479,6 +480,13 @@ def _reusable_quality(run: EvaluationRun, task: str) -> tuple[int, list[pipeline
     return (source.run_id, samples) if samples else None
 
 
+def _gateway_endpoint(backend: Backend, engine: EngineHandle | AttachedEngine) -> Endpoint:
+    """The engine as the gateway reaches it: the backend's sampling params on every request and
+    each load tenant's cache salt (one salt for all unless the recipe partitions by tenant)."""
+    salts = {tenant: cache_salt(backend, tenant) for tenant in pipeline.LOAD_TENANTS}
+    return Endpoint(engine.base_url, engine.model, sampling=dict(backend.sampling_params or {}), salts=salts)
+
+
 def _execute_pair_tasks(
     runs: dict[str, EvaluationRun],
     engines: dict[str, EngineHandle | AttachedEngine],
@@ -488,7 +496,7 @@ def _execute_pair_tasks(
     """Each task on both engines; returns how many tasks broke (stored with their error on both runs)."""
     tasks = runs[CANDIDATE].tasks
     share = (100 - ENGINE_SHARE) / len(tasks)
-    endpoints = {side: Endpoint(engine.base_url, engine.model) for side, engine in engines.items()}
+    endpoints = {side: _gateway_endpoint(runs[side].backend, engine) for side, engine in engines.items()}
     failed = 0
     for k, slug in enumerate(tasks):
         if cancelled():

@@ -220,6 +220,21 @@ def test_a_ticket_fans_out_to_one_pair_sent_once(
 
 
 @pytest.mark.django_db
+def test_a_kv_memory_claim_asks_for_its_stress_profile_on_the_beneficiary_tasks(
+    draft: ReleaseTicket, erin: User, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    ReleaseTicket.objects.filter(pk=draft.pk).update(bottleneck="kv_memory")
+    evaluation.evaluation_request(ticket=draft, actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = evaluation.ticket_evaluate(ticket_id=draft.pk)
+    assert ticket is not None and ticket.candidate_run is not None
+    profile = ticket.candidate_run.load_profile
+    assert profile["stress"] == "kv_memory"
+    assert profile["stress_tasks"] == sorted(t.slug for t in draft.beneficiary_tasks.all())
+    assert profile["open_loop_requests"] == pipeline.DEFAULT_LOAD_PROFILE["open_loop_requests"]
+
+
+@pytest.mark.django_db
 def test_a_second_ticket_measures_the_baseline_again(
     draft: ReleaseTicket, erin: User, baseline: Backend, candidate: Backend, sent: Any
 ) -> None:
@@ -284,6 +299,9 @@ def test_either_message_executes_the_pair_and_reuses_only_the_baselines_quality(
     cand_run.refresh_from_db()
     assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED)
     assert seen["baseline"].model == BASELINE and seen["candidate"].model == CANDIDATE
+    # The load goes out as the gateway sends it: the backend's sampling params, each tenant's salt.
+    assert set(seen["candidate"].salts) == set(pipeline.LOAD_TENANTS)
+    assert seen["candidate"].sampling == candidate.sampling_params
     assert [s.sample_id for s in seen["baseline_samples"]] == ["s1"]
     assert TaskResult.objects.get(run=base_run).quality["reused_from_run"] == earlier.pk
     assert SampleRecord.objects.get(run=cand_run).passed is False

@@ -7,6 +7,10 @@ scenarios, each asserting its outcome.
   ``max_num_seqs: 1`` (two planted faults in one engine pair, to spend one engine start):
   the long-context task fails on refused requests, counted as failed samples — not a run error —
   and the fitting task is still judged, failing its goodput / tail-latency guardrail;
+* a prefix cache on a workload with no shared prefix hits nothing and gains nothing, and the
+  KV-memory bottleneck it might claim is "not exercised", naming the stress profile;
+* a larger KV cache relieves a claimed kv_memory bottleneck under its stress profile (long
+  documents at a concurrency sized from the baseline's KV capacity);
 * an engine that cannot start is an ``error`` decision naming the root cause from its log.
 """
 
@@ -34,6 +38,8 @@ from tools.kit import BASE, Kit, ensure_kit
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 BASE_ARGS = {"max_model_len": 2048, "seed": 0, "max_num_seqs": 8, "enable_prefix_caching": False}
+# As the demo fleet serves: greedy, so a seed-only change answers (and takes) the same.
+SAMPLING = {"temperature": 0.0}
 POLICY = load_policy("default")
 # Fewer load requests than the policy's minimum: a failure still fails, a pass reads inconclusive.
 PROFILE = {"requests_per_task": 40}
@@ -59,15 +65,18 @@ def kit_backend(kit: Kit, settings: Any, erin: User, tmp_path: Any) -> Any:
             engine_version="0.32.0",
             hardware_class="cpu",
             engine_args={**BASE_ARGS, **engine_args},
+            sampling_params=SAMPLING,
         )
         return backend
 
     return register
 
 
-def _pair(baseline: Backend, candidate: Backend, task_list: list[str]) -> tuple[EvaluationRun, EvaluationRun]:
+def _pair(
+    baseline: Backend, candidate: Backend, task_list: list[str], **profile: Any
+) -> tuple[EvaluationRun, EvaluationRun]:
     base_run, cand_run = services.pair_request(
-        baseline=baseline, candidate=candidate, tasks=task_list, load_profile=PROFILE
+        baseline=baseline, candidate=candidate, tasks=task_list, load_profile={**PROFILE, **profile}
     )
     services.run_execute(run_id=cand_run.pk)
     base_run.refresh_from_db()
@@ -88,6 +97,17 @@ def test_a_seed_only_change_measured_interleaved_claims_no_regression(kit_backen
     )
     assert "".join("A" if side == BASELINE else "B" for _, side in positions) == "ABBABAAB" * 2
 
+    # The bottleneck read from the engine: KV capacity and the task's max concurrency, queue P95 from
+    # the histogram (fine buckets), the KV gauge sampled while the load ran.
+    result = TaskResult.objects.get(run=cand_run)
+    engine = result.engine_evidence
+    assert engine["kv_capacity_tokens"] > 0 and engine["max_concurrency"] > 1
+    assert engine["engine_queue_p95_ms"] is not None and engine["kv_cache_usage_peak"] is not None
+    # Load as users send it: an open-loop point near the baseline's capacity, interleaved too.
+    open_loop = result.performance["open_loop"]
+    assert open_loop["request_rate"] > 0 and len(open_loop["blocks"]) == 4
+    assert all(r["scheduled_s"] is not None for r in open_loop["requests"])
+
     evidence = TaskEvidence(
         "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
     )
@@ -96,6 +116,58 @@ def test_a_seed_only_change_measured_interleaved_claims_no_regression(kit_backen
     assert guardrails["pass_rate"].status == "pass", guardrails["pass_rate"].reason  # greedy: same answers
     failing = [m.reason for m in guardrails.values() if m.status == "fail"]
     assert not failing, failing
+    assert {"open_loop:ttft_p95", "open_loop:goodput"} <= {m.metric for m in verdict.metrics}
+
+
+def test_a_prefix_cache_on_a_workload_with_no_shared_prefix_hits_nothing_and_gains_nothing(kit_backend: Any) -> None:
+    """code_assistant's prompts are a sentence or two, shorter than one KV block (128 tokens on CPU):
+    nothing can be shared, so the cache must not be credited. The same evidence, read against a
+    claimed KV-memory bottleneck, shows a workload that never fills the cache: inconclusive, with
+    the stress profile to use named, never a failure."""
+    base_run, cand_run = _pair(
+        kit_backend("kit-base"), kit_backend("kit-base-prefix", enable_prefix_caching=True), ["code_assistant"]
+    )
+    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
+    evidence = TaskEvidence(
+        "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
+    )
+    assert evidence.cand.engine["prefix_cache_queries"] > 0  # the counters were read, and ...
+    assert evidence.cand.engine["prefix_cache_hit_rate"] < 0.05  # ... the cache hit (almost) nothing
+
+    verdict = judge_task(POLICY, evidence, role="beneficiary", mechanisms=["prefix_cache"], bottleneck="kv_memory")
+    by_source = {(m.source, m.metric): m for m in verdict.metrics}
+    hit = by_source[("prefix_cache", "prefix_cache_hit_rate")]
+    assert hit.status == "fail", hit.reason
+    ttft = by_source[("prefix_cache", "ttft_p50")]
+    assert ttft.status != "pass", ttft.reason  # no TTFT gain is claimed for it
+    kv = by_source[("bottleneck:kv_memory", "bottleneck:kv_memory")]
+    assert kv.status == "inconclusive", kv.reason
+    assert "not exercised" in kv.reason and "long contexts at high concurrency" in kv.reason
+    assert verdict.status != "pass"
+
+
+def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_profile(kit_backend: Any) -> None:
+    """A baseline whose KV cache holds 3,072 tokens against one holding four times as many: the
+    kv_memory stress profile sends long documents at a concurrency sized to need twice the
+    baseline's cache, the baseline comes under pressure and the candidate does not."""
+    baseline = kit_backend("kit-base-small-kv", num_gpu_blocks_override=24)
+    candidate = kit_backend("kit-base-large-kv", num_gpu_blocks_override=96)
+    base_run, cand_run = _pair(baseline, candidate, ["code_assistant"], stress="kv_memory", open_loop_requests=0)
+    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
+    stress = TaskResult.objects.get(run=cand_run).performance["stress"]
+    assert stress["plan"]["kv_capacity_tokens"] == 24 * 128 and stress["plan"]["concurrency"] >= 4
+    assert len(stress["point"]["blocks"]) == 4
+
+    evidence = TaskEvidence(
+        "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
+    )
+    assert evidence.cand.engine["max_concurrency"] == pytest.approx(4 * evidence.base.engine["max_concurrency"])
+    squeezed = evidence.base.stress
+    assert squeezed is not None
+    assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_cache_usage_peak"] >= 0.9
+    verdict = judge_task(POLICY, evidence, role="beneficiary", bottleneck="kv_memory")
+    kv = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
+    assert kv.status == "pass", kv.reason
 
 
 def test_a_context_cut_fails_the_long_task_on_refusals_and_the_fitting_task_is_still_judged(

@@ -193,8 +193,29 @@ def bottleneck_verdict(
             reason=f"Policy {policy.version_label} has no rule for the targeted bottleneck {bottleneck!r}.",
             source=f"bottleneck:{bottleneck}",
         )
+    stressed = ""
+    plan = ev.base.stress_plan
+    if bottleneck == "queueing" and (point := ev.open_loop()) is not None:
+        ev = point  # the queueing stress profile: open-loop arrivals near the baseline's capacity
+        rate = ev.base.offered_rate
+        stressed = f"even at the open-loop point ({rate:.2f} req/s offered)" if rate else "even at the open-loop point"
+    elif bottleneck == "kv_memory" and (point := ev.stressed()) is not None:
+        ev = point  # long contexts at a concurrency that needs twice the baseline's KV cache
+        stressed = (
+            f"even under the kv_memory stress profile ({plan.get('concurrency')} concurrent requests of "
+            f"~{plan.get('context_tokens')} tokens)"
+        )
     why = not_exercised(bottleneck, ev)
     if why is not None:
+        if stressed:
+            where = (
+                f"{stressed}; this engine has headroom for it on {ev.task}, so the claim needs a heavier "
+                "workload to show"
+            )
+        elif bottleneck == "kv_memory" and plan.get("skipped"):
+            where = f"the {bottleneck} stress profile was not run: {plan['skipped']}"
+        else:
+            where = f"measure {ev.task} under the {bottleneck} stress profile: {STRESS_PROFILES[bottleneck]}"
         return unmeasured_verdict(
             task=ev.task,
             metric=f"bottleneck:{bottleneck}",
@@ -203,8 +224,7 @@ def bottleneck_verdict(
             test="none (the bottleneck was not exercised)",
             reason=(
                 f"The targeted {bottleneck} bottleneck was not exercised by this workload ({why}), so "
-                f"whether the change relieves it cannot be seen here; measure {ev.task} under the "
-                f"{bottleneck} stress profile: {STRESS_PROFILES[bottleneck]}."
+                f"whether the change relieves it cannot be seen here; {where}."
             ),
             source=f"bottleneck:{bottleneck}",
         )

@@ -55,7 +55,7 @@ def judge_metric(
         return judge_point(rule, ev.task, scalar(base_tp), scalar(cand_tp), " tok/s", hib=True)
     if spec.family == "goodput":
         return judge_goodput(rule, ev.task, ev, task_policy, seed, n_boot)
-    unit = "%" if spec.field.endswith("_rate") or spec.field.endswith("_usage") else ""
+    unit = "%" if spec.field.endswith(("_rate", "_usage")) else " ms" if spec.field.endswith("_ms") else ""
     return judge_point(
         rule, ev.task, ev.base.engine.get(spec.field), ev.cand.engine.get(spec.field), unit, spec.higher_is_better
     )

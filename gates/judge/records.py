@@ -40,7 +40,6 @@ class RunTaskEvidence:
     tpot_ms: Samples = ()
     itl_ms: Samples = ()
     e2e_ms: Samples = ()
-    queue_ms: Samples = ()
     # Every load request, failed ones included (goodput counts them as misses).
     requests: Sequence[RequestTiming] = ()
     # tokens/s: one measurement, or several (per repeat, or per interleaved block) for an interval.
@@ -54,6 +53,13 @@ class RunTaskEvidence:
     error: str | None = None
     # The engine exited while starting: its configuration cannot serve on this hardware.
     start_failed: bool = False
+    # The same prompts again as Poisson arrivals near the baseline's capacity (requests/s offered).
+    open_loop: RunTaskEvidence | None = None
+    offered_rate: float | None = None
+    # The stress profile of the ticket's claimed bottleneck: how it was sized (or why it was not
+    # run) and, when it ran, what it measured.
+    stress_plan: Mapping[str, Any] = field(default_factory=dict)
+    stress: RunTaskEvidence | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,18 @@ class TaskEvidence:
     task: str
     base: RunTaskEvidence
     cand: RunTaskEvidence
+
+    def open_loop(self) -> TaskEvidence | None:
+        """Both sides' open-loop point as task evidence, when both were measured there."""
+        if self.base.open_loop is None or self.cand.open_loop is None:
+            return None
+        return TaskEvidence(task=self.task, base=self.base.open_loop, cand=self.cand.open_loop)
+
+    def stressed(self) -> TaskEvidence | None:
+        """Both sides under the stress profile, when both were measured under it."""
+        if self.base.stress is None or self.cand.stress is None:
+            return None
+        return TaskEvidence(task=self.task, base=self.base.stress, cand=self.cand.stress)
 
 
 # The metric name of the verdict that says an engine could not start.

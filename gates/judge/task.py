@@ -111,6 +111,7 @@ def judge_task(
         )
         for rule, kind, critical, note in _policy_rules(task_policy, role, active_quant)
     ]
+    verdicts += _open_loop_verdicts(evidence, task_policy, base_seed, policy.n_boot)
     if role == "beneficiary":
         verdicts += mechanism_verdicts(policy, evidence, task_policy, mechanisms, base_seed)
         if bottleneck:
@@ -126,6 +127,29 @@ def judge_task(
         base_run=evidence.base.run_id,
         cand_run=evidence.cand.run_id,
     )
+
+
+# Reported at the open-loop point: how the task's users would wait when requests arrive on their own.
+OPEN_LOOP_METRICS = ("ttft_p95", "e2e_p95", "goodput")
+
+
+def _open_loop_verdicts(evidence: TaskEvidence, task_policy: TaskPolicy, seed: int, n_boot: int) -> list[MetricVerdict]:
+    """The open-loop point's latency and goodput, reported (tradeable) beside the closed-loop checks;
+    latency there counts from each request's scheduled arrival."""
+    point = evidence.open_loop()
+    if point is None:
+        return []
+    rate = evidence.base.open_loop.offered_rate if evidence.base.open_loop else None
+    where = f"open loop, {rate:.2f} req/s" if rate else "open loop"
+    verdicts = []
+    for metric in OPEN_LOOP_METRICS:
+        spec = METRIC_SPECS[metric]
+        rule = Rule(metric=metric, kind="tradeable", label=f"{spec.label} ({where})", source="open_loop")
+        verdict = judge_metric(rule, point, task_policy, seed=seed, n_boot=n_boot)
+        verdicts.append(
+            replace(verdict, metric=f"open_loop:{metric}", details={**verdict.details, "offered_rate": rate})
+        )
+    return verdicts
 
 
 def _with_drift(verdict: MetricVerdict, evidence: TaskEvidence) -> MetricVerdict:

@@ -52,7 +52,8 @@ _SPECS: tuple[MetricSpec, ...] = (
     _latency("e2e_p50", "e2e_ms", "E2E latency"),
     _latency("e2e_p95", "e2e_ms", "E2E latency"),
     _latency("e2e_p99", "e2e_ms", "E2E latency"),
-    _latency("queue_time_p95", "queue_ms", "queue time"),
+    # From the engine's queue-time histogram over the load (``evaluators.engine_metrics``).
+    MetricSpec("queue_time_p95", "engine", "queue time P95", False, field="engine_queue_p95_ms"),
     MetricSpec("output_throughput", "throughput", "output throughput", True, field="output_throughput"),
     MetricSpec("request_throughput", "engine", "request throughput", True, field="request_throughput"),
     MetricSpec("goodput", "goodput", "goodput (share of requests within SLOs)", True),

@@ -33,16 +33,28 @@ def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
     samples = SampleRecord.objects.filter(run=run, task=task).values_list("sample_id", "passed", "score")
     passed = {sample_id: ok for sample_id, ok, _ in samples}
     scores = {sample_id: score for sample_id, _, score in samples}
-    records = list(result.requests or [])
-    performance = result.performance or {}
+    engine = _numbers(result.engine_evidence)
+    return _load_evidence(run, list(result.requests or []), result.performance or {}, engine, passed, scores)
+
+
+def _load_evidence(
+    run: EvaluationRun,
+    records: list[dict[str, Any]],
+    performance: dict[str, Any],
+    engine: dict[str, float],
+    passed: dict[str, bool] | None = None,
+    scores: dict[str, float] | None = None,
+) -> RunTaskEvidence:
+    """A load point's evidence (the closed loop with the quality samples, or the open-loop point)."""
     # Interleaved blocks send the same prompts to both sides: latencies pair by sample id.
     paired = bool(performance.get("blocks"))
     itl = [float(v) * 1000.0 for r in records if r.get("error") is None for v in (r.get("itl_s") or [])]
-    engine = {k: float(v) for k, v in (result.engine_evidence or {}).items() if isinstance(v, int | float)}
+    open_loop = performance.get("open_loop")
+    stress = performance.get("stress") or {}
     return RunTaskEvidence(
         run_id=str(run.pk),
-        passed=passed,
-        scores=scores,
+        passed=passed or {},
+        scores=scores or {},
         ttft_ms=_latencies(records, "ttft_s", paired),
         tpot_ms=_latencies(records, "tpot_s", paired),
         itl_ms=itl,
@@ -52,7 +64,24 @@ def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
         blocks=bool(performance.get("blocks")),
         drift=performance.get("drift") or {},
         engine=engine,
+        open_loop=None
+        if not open_loop
+        else _load_evidence(
+            run,
+            list(open_loop.get("requests") or []),
+            open_loop,
+            _numbers(open_loop.get("engine")),
+        ),
+        offered_rate=performance.get("request_rate"),
+        stress_plan=stress.get("plan") or {},
+        stress=None
+        if not (point := stress.get("point"))
+        else _load_evidence(run, [], point, _numbers(point.get("engine"))),
     )
+
+
+def _numbers(values: dict[str, Any] | None) -> dict[str, float]:
+    return {k: float(v) for k, v in (values or {}).items() if isinstance(v, int | float)}
 
 
 def _latencies(records: list[dict[str, Any]], key: str, paired: bool) -> list[float] | dict[str, float]:

@@ -95,6 +95,11 @@ def awaits_fresh_runs(ticket: ReleaseTicket) -> bool:
     return bool(current & _judged_runs(ticket))
 
 
+# Claimed bottlenecks with a stress point of their own (evaluators.pipeline); a queueing claim is
+# judged at the open-loop point every task gets.
+STRESSED_BOTTLENECKS = ("kv_memory",)
+
+
 def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
     """Move a submitted ticket to evaluating and request its baseline and candidate runs.
 
@@ -128,6 +133,10 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
 
     tasks = ticket_tasks(ticket)
     profile = dict(settings.OPTGATE_LOAD_PROFILE)
+    if ticket.bottleneck in STRESSED_BOTTLENECKS and "stress" not in profile:
+        # Only where the benefit is promised: the beneficiary tasks.
+        profile["stress"] = ticket.bottleneck
+        profile["stress_tasks"] = sorted(t.slug for t in ticket.beneficiary_tasks.all())
     if settings.OPTGATE_INTERLEAVED:
         # Both measured together in alternating blocks; the pair's one message goes with the candidate.
         baseline_run, candidate_run = run_services.pair_request(
