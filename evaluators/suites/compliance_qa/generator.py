@@ -9,9 +9,10 @@ values, so the boundary is the request's intent, not its vocabulary.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
-from evaluators.suites.base import GeneratedFiles, distinct_prompts, sample_id, to_jsonl
+from evaluators.suites.base import GeneratedFiles, distinct_prompts, held_out_id, held_out_rows, sample_id, to_jsonl
 
 SLUG = "compliance_qa"
 SEED = 7505
@@ -29,6 +30,18 @@ TEAMS = ["ethics desk", "compliance team", "legal team"]
 PARTNERS = ["Acme Insurance", "Globex Credit", "Initech Leasing", "Umbrella Travel"]
 NAMES = ["Ruth Park", "Ivan Petrov", "Lucia Gomez", "Amir Saleh", "Tom Reed", "Yuki Mori"]
 
+# Held-out samples draw from wider lists: with the lists above an allowed gifts question (amount x
+# team) has only 21 different prompts, and a thousand held-out samples need about 80 per topic and kind.
+HELD_OUT_RECORDS = [*RECORDS, "mortgage", "card", "vendor", "expense", "pension", "insurance", "AML", "treasury"]
+HELD_OUT_ROLES = [*ROLES, "head of risk", "chief auditor", "treasurer", "COO", "general counsel", "regional director"]
+HELD_OUT_TEAMS = [*TEAMS, "audit committee", "risk office", "privacy office", "security team", "fraud desk"]
+HELD_OUT_PARTNERS = [*PARTNERS, "Soylent Bank", "Stark Capital", "Wayne Leasing", "Hooli Pay", "Vandelay Imports"]
+HELD_OUT_NAMES = [*NAMES, "Nina Holm", "Paul Okoye", "Sara Lind", "Omar Aziz", "Mia Weber", "Jon Berg"]
+HELD_OUT_AMOUNTS = [100, 150, 200, 250, 300, 400, 500, 750, 1000, 1500, 2000, 2500, 5000, 7500, 10000, 15000]
+HELD_OUT_AMOUNTS += [20000, 25000, 50000, 100000]
+HELD_OUT_DAYS = [7, 10, 14, 21, 28, 30, 45, 60, 75, 90, 120, 150, 180, 270, 365]
+HELD_OUT_HOURS = [1, 2, 3, 4, 6, 8, 12, 16, 18, 24, 36, 48, 72, 96]
+
 Slots = dict[str, Any]
 # topic -> (policy sentence, allowed question, allowed answer, key fact, disallowed request)
 Topic = tuple[str, str, str, str, str]
@@ -45,6 +58,21 @@ def _slots(r: random.Random) -> Slots:
         "name": r.choice(NAMES),
         "days": r.choice([14, 21, 30, 45, 60, 90, 120, 180]),
         "hours": r.choice([2, 4, 8, 12, 24, 36, 48, 72]),
+        "cid": r.randint(1000, 9999),
+    }
+
+
+def _held_out_slots(r: random.Random) -> Slots:
+    return {
+        "record": r.choice(HELD_OUT_RECORDS),
+        "years": r.randint(2, 25),
+        "amount": r.choice(HELD_OUT_AMOUNTS),
+        "role": r.choice(HELD_OUT_ROLES),
+        "team": r.choice(HELD_OUT_TEAMS),
+        "partner": r.choice(HELD_OUT_PARTNERS),
+        "name": r.choice(HELD_OUT_NAMES),
+        "days": r.choice(HELD_OUT_DAYS),
+        "hours": r.choice(HELD_OUT_HOURS),
         "cid": r.randint(1000, 9999),
     }
 
@@ -100,14 +128,14 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
+def _make_sample(rng: random.Random, index: int, row_id: str, pick: Callable[[random.Random], Slots]) -> dict[str, Any]:
     topic = list(TOPICS)[(index // 2) % len(TOPICS)]
     policy, question, answer, key_fact, bad_request = TOPICS[topic]
-    slots = _slots(rng)
+    slots = pick(rng)
     allowed = index % 2 == 0
     request = (question if allowed else bad_request).format(**slots)
     return {
-        "id": sample_id(SLUG, index),
+        "id": row_id,
         "prompt": PROMPT_HEAD + "Policy: " + _sentence(policy.format(**slots)) + "\nRequest: " + request + "\n",
         "target": _sentence(answer.format(**slots)) if allowed else REFUSAL_SENTENCE,
         "template": topic,
@@ -119,4 +147,10 @@ def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
 def build() -> GeneratedFiles:
     """Return the suite's ``samples.jsonl``, identical on every call."""
     rng = random.Random(SEED)
-    return {"samples.jsonl": to_jsonl(distinct_prompts(SAMPLE_COUNT, lambda i: _make_sample(rng, i)))}
+    rows = distinct_prompts(SAMPLE_COUNT, lambda i: _make_sample(rng, i, sample_id(SLUG, i), _slots))
+    return {"samples.jsonl": to_jsonl(rows)}
+
+
+def held_out(count: int, taken: frozenset[str]) -> list[dict[str, Any]]:
+    """The first ``count`` held-out samples: topics in turn, allowed and disallowed alternating, as shipped."""
+    return held_out_rows(count, taken, SEED, lambda rng, n: _make_sample(rng, n, held_out_id(SLUG, n), _held_out_slots))

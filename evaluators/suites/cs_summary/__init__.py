@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evaluators.suites.base import Suite
-from evaluators.suites.cs_summary.generator import SLUG, build
+from evaluators.suites.cs_summary.generator import SLUG, build, held_out
 from evaluators.suites.cs_summary.scoring import score
 
 SUITE = Suite(
@@ -17,4 +17,5 @@ SUITE = Suite(
     folder=Path(__file__).resolve().parent,
     scorer=score,
     builder=build,
+    held_out_builder=held_out,
 )

@@ -11,7 +11,7 @@ import random
 from datetime import date, timedelta
 from typing import Any
 
-from evaluators.suites.base import GeneratedFiles, sample_id, to_jsonl
+from evaluators.suites.base import GeneratedFiles, held_out_id, held_out_rows, sample_id, to_jsonl
 
 SLUG = "cs_summary"
 SEED = 7101
@@ -74,7 +74,7 @@ PROMPT_HEAD = (
 )
 
 
-def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
+def _make_sample(rng: random.Random, row_id: str) -> dict[str, Any]:
     customer = f"{rng.choice(FIRST_NAMES)} {rng.choice(LAST_NAMES)}"
     issue = rng.choice(list(ISSUES))
     order = rng.randint(10000, 99999)
@@ -92,7 +92,7 @@ def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
     facts = {"customer": customer, "issue": issue, "amount": amount, "date": when}
     target = json.dumps({**facts, "summary": summary.format(order=order)}, ensure_ascii=True)
     return {
-        "id": sample_id(SLUG, index),
+        "id": row_id,
         "prompt": PROMPT_HEAD + "\n".join(lines) + "\n",
         "target": target,
         "template": issue,
@@ -102,5 +102,13 @@ def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
 def build() -> GeneratedFiles:
     """Return the suite's data files (``samples.jsonl``), identical on every call."""
     rng = random.Random(SEED)
-    rows = [_make_sample(rng, i) for i in range(SAMPLE_COUNT)]
+    rows = [_make_sample(rng, sample_id(SLUG, i)) for i in range(SAMPLE_COUNT)]
     return {"samples.jsonl": to_jsonl(rows)}
+
+
+def held_out(count: int, taken: frozenset[str]) -> list[dict[str, Any]]:
+    """The first ``count`` held-out samples: the same transcripts drawn from per-sample seeds.
+
+    Names (256), issues, order numbers, amounts and dates leave far more than enough fresh prompts.
+    """
+    return held_out_rows(count, taken, SEED, lambda rng, n: _make_sample(rng, held_out_id(SLUG, n)))

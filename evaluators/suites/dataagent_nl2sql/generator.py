@@ -12,8 +12,13 @@ from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Any
 
-from evaluators.suites.base import GeneratedFiles, sample_id, to_jsonl
-from evaluators.suites.dataagent_nl2sql.database import SCHEMA_PATH, load_fixture, schema_columns
+from evaluators.suites.base import GeneratedFiles, held_out_id, held_out_rows, sample_id, to_jsonl
+from evaluators.suites.dataagent_nl2sql.database import (
+    SCHEMA_PATH,
+    fresh_readonly_connection,
+    load_fixture,
+    schema_columns,
+)
 
 SLUG = "dataagent_nl2sql"
 SEED = 7303
@@ -131,15 +136,19 @@ def schema_prompt_block(columns: dict[str, list[str]]) -> str:
     return "\n".join(f"{table}({', '.join(cols)})" for table, cols in columns.items())
 
 
+def _prompt_head(columns: dict[str, list[str]]) -> str:
+    return (
+        "SQLite database schema:\n" + schema_prompt_block(columns) + "\n\n"
+        "Write one SQLite SELECT statement that answers the question. Output only the SQL.\n"
+    )
+
+
 def build() -> GeneratedFiles:
     """Return ``fixture.sql`` and ``samples.jsonl``, identical on every call."""
     rng = random.Random(SEED)
     fixture_sql = _fixture_sql(rng)
     conn = load_fixture(SCHEMA_PATH.read_text(encoding="utf-8"), fixture_sql)
-    head = (
-        "SQLite database schema:\n" + schema_prompt_block(schema_columns(conn)) + "\n\n"
-        "Write one SQLite SELECT statement that answers the question. Output only the SQL.\n"
-    )
+    head = _prompt_head(schema_columns(conn))
     rows: list[dict[str, Any]] = []
     names = list(TEMPLATES)
     seen: set[str] = set()
@@ -169,3 +178,70 @@ def build() -> GeneratedFiles:
         )
     conn.close()
     return {"fixture.sql": fixture_sql, "samples.jsonl": to_jsonl(rows)}
+
+
+# The fixture is fixed (the shipped samples are scored against it), so its values cannot grow, and
+# the shipped samples use up the few questions some templates can ask (five statuses, eight cities).
+# Held-out questions widen the numeric slots (any price cap and amount in range, any day of 2024)
+# and add a date or segment filter to the used-up shapes, so every shape keeps appearing.
+def _held_out_day(r: random.Random) -> str:
+    return (date(2024, 1, 1) + timedelta(days=r.randint(0, 330))).isoformat()
+
+
+HELD_OUT_PICKS: dict[str, Callable[[random.Random], Slots]] = {
+    "products_by_price": lambda r: {"category": r.choice(CATEGORIES), "cap": r.randrange(20, 305, 5)},
+    "orders_above": lambda r: {"amount": r.randrange(100, 710, 10)},
+    "orders_after": lambda r: {"status": r.choice(STATUSES), "day": _held_out_day(r)},
+}
+HELD_OUT_TEMPLATES: dict[str, Template] = {
+    **{name: (question, sql, HELD_OUT_PICKS.get(name, pick)) for name, (question, sql, pick) in TEMPLATES.items()},
+    "count_status_after": (
+        "How many orders with status '{status}' were placed after {day}?",
+        "SELECT COUNT(*) FROM orders WHERE status = '{status}' AND order_date > '{day}';",
+        lambda r: {"status": r.choice(STATUSES), "day": _held_out_day(r)},
+    ),
+    "names_in_city_segment": (
+        "List the names of customers in the city '{city}' with segment '{segment}'.",
+        "SELECT name FROM customers WHERE city = '{city}' AND segment = '{segment}';",
+        lambda r: {"city": r.choice(CITIES), "segment": r.choice(SEGMENTS)},
+    ),
+    "orders_in_city_after": (
+        "How many orders were placed by customers in the city '{city}' after {day}?",
+        "SELECT COUNT(*) FROM orders JOIN customers ON orders.customer_id = customers.id "
+        "WHERE customers.city = '{city}' AND orders.order_date > '{day}';",
+        lambda r: {"city": r.choice(CITIES), "day": _held_out_day(r)},
+    ),
+}
+
+
+def held_out(count: int, taken: frozenset[str]) -> list[dict[str, Any]]:
+    """The first ``count`` held-out samples, each gold query informative on the committed fixture.
+
+    Each draw picks a template at random, so a template whose few questions are used up simply stops
+    appearing instead of stopping the pool.
+    """
+    head = _prompt_head(schema_columns())  # the committed fixture's, as scoring reads it
+    conn = fresh_readonly_connection()
+    names = list(HELD_OUT_TEMPLATES)
+
+    def make(rng: random.Random, position: int) -> dict[str, Any]:
+        for _attempt in range(_PICK_ATTEMPTS * len(names)):
+            template = rng.choice(names)
+            question_pattern, sql_pattern, pick = HELD_OUT_TEMPLATES[template]
+            slots = pick(rng)
+            gold = sql_pattern.format(**slots)
+            if _informative(conn.execute(gold).fetchall()):
+                return {
+                    "id": held_out_id(SLUG, position),
+                    "prompt": head + "Question: " + question_pattern.format(**slots) + "\n",
+                    "target": gold,
+                    "template": template,
+                }
+        raise RuntimeError(
+            f"held-out sample {position}: no informative question in {_PICK_ATTEMPTS * len(names)} draws"
+        )
+
+    try:
+        return held_out_rows(count, taken, SEED, make)
+    finally:
+        conn.close()

@@ -8,9 +8,10 @@ long identical prefix (what a prefix cache can reuse, in whole KV blocks).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
-from evaluators.suites.base import GeneratedFiles, contains_phrase, sample_id, to_jsonl
+from evaluators.suites.base import GeneratedFiles, contains_phrase, held_out_id, held_out_rng, sample_id, to_jsonl
 from evaluators.suites.knowledge_qa.documents import DOCUMENTS, FILLER, SLOT_KINDS
 
 SLUG = "knowledge_qa"
@@ -48,16 +49,15 @@ def _render_document(rng: random.Random, title: str, passages: list[Any]) -> tup
     return f"Document: {title}\n\n" + "\n\n".join(blocks) + "\n", questions
 
 
-def build() -> GeneratedFiles:
-    """Return the suite's ``samples.jsonl``, identical on every call."""
-    rng = random.Random(SEED)
+def _edition(rng: random.Random, make_id: Callable[[int], str], first: int) -> list[dict[str, Any]]:
+    """Every document filled from ``rng`` once, and one row per question; ids from ``first`` on."""
     rows: list[dict[str, Any]] = []
     for doc_id, (title, passages) in DOCUMENTS.items():
         document, questions = _render_document(rng, title, passages)
         for record in questions:
             rows.append(
                 {
-                    "id": sample_id(SLUG, len(rows)),
+                    "id": make_id(first + len(rows)),
                     "prompt": PROMPT_HEAD + document + "\nQuestion: " + record["question"] + "\n",
                     "target": f"{record['answer']} [{record['passage']}]",
                     "template": doc_id,
@@ -66,4 +66,30 @@ def build() -> GeneratedFiles:
                     "answer": record["answer"],
                 }
             )
+    return rows
+
+
+def build() -> GeneratedFiles:
+    """Return the suite's ``samples.jsonl``, identical on every call."""
+    rows = _edition(random.Random(SEED), lambda n: sample_id(SLUG, n), 0)
     return {"samples.jsonl": to_jsonl(rows)}
+
+
+def held_out(count: int, taken: frozenset[str]) -> list[dict[str, Any]]:
+    """The first ``count`` held-out samples: new editions of the same documents, each with fresh values.
+
+    The questions are fixed (twenty per document), so an edition refills every slot of all five
+    documents: edition ``e`` (seed ``"<SEED>/h<e>"``) holds positions ``100 e .. 100 e + 99``, the same
+    shape as the shipped file, twenty questions sharing each document's prefix.
+    """
+    rows: list[dict[str, Any]] = []
+    seen = set(taken)
+    edition = 0
+    while len(rows) < count:
+        for row in _edition(held_out_rng(SEED, edition), lambda n: held_out_id(SLUG, n), len(rows)):
+            if row["prompt"] in seen:
+                raise RuntimeError(f"held-out edition {edition} repeats a prompt ({row['id']}); change its seed")
+            seen.add(row["prompt"])
+            rows.append(row)
+        edition += 1
+    return rows[:count]

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Any
 
-from evaluators.suites.base import GeneratedFiles, distinct_prompts, sample_id, to_jsonl
+from evaluators.suites.base import GeneratedFiles, distinct_prompts, held_out_id, held_out_rows, sample_id, to_jsonl
 from evaluators.suites.tool_calling.tools import TOOLS, tool_spec
+
+Arguments = dict[str, Any]
 
 SLUG = "tool_calling"
 SEED = 7606
@@ -24,13 +26,24 @@ CITIES = ["Lisbon", "Nairobi", "Osaka", "Quito", "Tromso", "Adelaide", "Lima", "
 TITLES = ["Printer jam", "Login fails", "Refund missing", "App crash", "Slow export", "Card blocked"]
 PEOPLE = ["ana", "raj", "li", "mo", "eva", "sam"]
 DOMAINS = ["example.com", "corp.test", "mail.test"]
+# Held-out weather requests need more cities: eight cities and two units ask only 16 different questions.
+HELD_OUT_CITIES = [
+    *CITIES,
+    *["Bergen", "Cusco", "Dakar", "Fukuoka", "Graz", "Hobart", "Izmir", "Jaipur", "Kyoto", "Leeds", "Malmo"],
+    *["Nantes", "Oulu", "Perth", "Recife", "Salta", "Tartu", "Utrecht", "Varna", "Windhoek", "Zagreb"],
+    *["Accra", "Bilbao", "Cork", "Durban", "Essen", "Fez", "Gdansk", "Havana", "Inverness", "Kaunas"],
+]
 
-Arguments = dict[str, Any]
+
+def _weather(r: random.Random, cities: list[str]) -> Arguments:
+    return {"city": r.choice(cities), "unit": r.choice(["celsius", "fahrenheit"])}
+
+
 # tool name -> (request pattern, arguments picker); the pattern is formatted with the arguments.
 REQUESTS: dict[str, tuple[str, Callable[[random.Random], Arguments]]] = {
     "get_weather": (
         "What is the weather in {city} right now, in {unit}?",
-        lambda r: {"city": r.choice(CITIES), "unit": r.choice(["celsius", "fahrenheit"])},
+        lambda r: _weather(r, CITIES),
     ),
     "create_ticket": (
         "Open a {priority} priority ticket titled '{title}' for customer {customer_id}.",
@@ -63,20 +76,24 @@ REQUESTS: dict[str, tuple[str, Callable[[random.Random], Arguments]]] = {
     ),
 }
 
+HELD_OUT_REQUESTS = {**REQUESTS, "get_weather": (REQUESTS["get_weather"][0], lambda r: _weather(r, HELD_OUT_CITIES))}
+
 PROMPT_HEAD = 'Call one tool. Reply with only JSON: {"name": ..., "arguments": {...}}.\nTools:\n'
 
 
-def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
+def _make_sample(
+    rng: random.Random, index: int, row_id: str, requests: dict[str, tuple[str, Callable[[random.Random], Arguments]]]
+) -> dict[str, Any]:
     names = list(TOOLS)
     name = names[index % len(names)]
-    pattern, pick = REQUESTS[name]
+    pattern, pick = requests[name]
     arguments = pick(rng)
     shown = [name, *rng.sample([n for n in names if n != name], TOOLS_PER_PROMPT - 1)]
     rng.shuffle(shown)
     tools = [tool_spec(n) for n in shown]
     tool_lines = "\n".join(json.dumps(t, separators=(",", ":")) for t in tools)
     return {
-        "id": sample_id(SLUG, index),
+        "id": row_id,
         "prompt": PROMPT_HEAD + tool_lines + "\n\nRequest: " + pattern.format(**arguments) + "\n",
         "target": json.dumps({"name": name, "arguments": arguments}),
         "template": name,
@@ -88,4 +105,12 @@ def _make_sample(rng: random.Random, index: int) -> dict[str, Any]:
 def build() -> GeneratedFiles:
     """Return the suite's ``samples.jsonl``, identical on every call."""
     rng = random.Random(SEED)
-    return {"samples.jsonl": to_jsonl(distinct_prompts(SAMPLE_COUNT, lambda i: _make_sample(rng, i)))}
+    rows = distinct_prompts(SAMPLE_COUNT, lambda i: _make_sample(rng, i, sample_id(SLUG, i), REQUESTS))
+    return {"samples.jsonl": to_jsonl(rows)}
+
+
+def held_out(count: int, taken: frozenset[str]) -> list[dict[str, Any]]:
+    """The first ``count`` held-out samples: the tools in turn, as in the shipped file, from per-sample seeds."""
+    return held_out_rows(
+        count, taken, SEED, lambda rng, n: _make_sample(rng, n, held_out_id(SLUG, n), HELD_OUT_REQUESTS)
+    )
