@@ -1,0 +1,67 @@
+"""The power plan's sample counts against direct computations, and whether a suite can settle a margin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gates.judge.power import exact_power, plan_task, simulate_sequential
+
+
+@pytest.mark.parametrize(
+    ("margin", "discordance"), [(0.05, 0.05), (0.03, 0.10), (0.02, 0.02)], ids=["5pt-5%", "3pt-10%", "2pt-2%"]
+)
+def test_the_fixed_sample_size_has_the_planned_power_by_exact_enumeration(margin: float, discordance: float) -> None:
+    plan = plan_task(margin=margin, discordance=discordance, power=0.8)
+    half = discordance / 2
+    power = exact_power(plan.fixed_n, margin=margin, alpha=0.025, p_loss=half, p_gain=half)
+    # Within 4 points: at ~10 discordant pairs (5 points, 5 %) the discrete test has 0.84.
+    assert power == pytest.approx(0.8, abs=0.04)
+    # Well short of the planned size the same test is clearly underpowered.
+    fewer = exact_power(plan.fixed_n * 2 // 3, margin=margin, alpha=0.025, p_loss=half, p_gain=half)
+    assert fewer < 0.72
+
+
+def test_with_no_discordance_the_plan_is_the_exact_threshold() -> None:
+    """A seed-only change: every outcome is b = c = 0, so the power is 0 or 1; 189 is the first 1."""
+    plan = plan_task(margin=0.02, discordance=0.0)
+    assert plan.fixed_n == 189
+    assert exact_power(189, margin=0.02, alpha=0.025, p_loss=0.0, p_gain=0.0) == 1.0
+    assert exact_power(188, margin=0.02, alpha=0.025, p_loss=0.0, p_gain=0.0) == 0.0
+
+
+def test_the_sequential_plan_has_its_power_and_expected_samples_in_simulation() -> None:
+    plan = plan_task(margin=0.05, discordance=0.05, power=0.8)
+    assert plan.max_n == pytest.approx(plan.design.inflation * plan.fixed_n, abs=2)
+    assert plan.look_sizes[-1] == plan.max_n
+    result = simulate_sequential(
+        plan.design, plan.look_sizes, margin=0.05, p_loss=0.025, p_gain=0.025, runs=3000,
+        rng=np.random.default_rng(7),
+    )  # fmt: skip
+    assert result.approve >= 0.8 - 0.03
+    # The plan's normal approximation vs whole simulated runs of the discrete score (7 % apart here).
+    assert result.mean_samples == pytest.approx(plan.expected_n, rel=0.1)
+    assert plan.expected_n < plan.max_n
+
+
+def test_a_margin_no_suite_can_settle_is_refused_with_the_reason() -> None:
+    refused = plan_task(margin=0.02, discordance=0.05, suite_size=1100)
+    assert not refused.settleable
+    assert "no available suite can settle a 2-point margin" in refused.reason
+    calibrated = plan_task(margin=0.02, discordance=0.0, discordance_source="A/A calibration", suite_size=1100)
+    assert calibrated.settleable and calibrated.max_n < 300
+
+
+def test_the_plan_states_its_default_discordance_and_engine_time() -> None:
+    plan = plan_task(margin=0.03, suite_size=1100, seconds_per_sample=2.0)
+    assert plan.discordance == 0.05 and plan.discordance_source == "default"
+    assert plan.expected_engine_s == pytest.approx(2.0 * plan.expected_n)
+    assert plan.max_engine_s == 2.0 * plan.max_n
+    assert list(plan.to_dict()["design"]["info"]) == [0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def test_an_assumed_difference_beyond_the_margin_cannot_be_planned() -> None:
+    with pytest.raises(ValueError):
+        plan_task(margin=0.02, difference=-0.02)
+    with pytest.raises(ValueError):
+        plan_task(margin=0.02, discordance=0.01, difference=0.05)

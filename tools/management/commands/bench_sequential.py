@@ -1,0 +1,182 @@
+"""``manage.py bench_sequential``: the sequential quality design against the fixed one.
+
+For every pass-rate margin of the policy it prints the power plan, then simulates paired
+outcomes — neutral changes at several discordance rates, regressions inside, at and beyond the
+margin — and runs both designs on them at the policy's alpha:
+
+* **fixed**: the judge as it is (``stats`` Tango interval and McNemar rule), once, at the plan's
+  fixed sample size;
+* **sequential**: ``gates.judge.sequential`` at the plan's looks, up to its maximum.
+
+False approve = approving a change whose true difference is at or beyond −margin; false reject =
+rejecting one within the margin. Samples are the mean pairs used, as a fraction of the fixed
+design's. Then the same for pairs resampled from recorded per-sample outcomes: the shipped kit's
+manifest lists, for every variant and suite, the samples it failed (its base model passes every
+one), so each variant/task is a population of real paired outcomes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.core.management.base import BaseCommand, CommandParser
+
+from gates.judge.power import (
+    DEFAULT_DISCORDANCE,
+    DEFAULT_LOOKS,
+    DEFAULT_POWER,
+    OperatingCharacteristics,
+    PowerPlan,
+    plan_task,
+    simulate_fixed,
+    simulate_sequential,
+)
+from gates.policy.parse import load_policy
+from tools.kit.manifest import SHIPPED_DIR, read_manifest
+
+
+@dataclass(frozen=True)
+class Scenario:
+    label: str
+    p_loss: float
+    p_gain: float
+
+    @property
+    def difference(self) -> float:
+        return self.p_gain - self.p_loss
+
+
+def simulated_scenarios(margin: float, discordance: float) -> list[Scenario]:
+    half = discordance / 2
+    return [
+        Scenario("neutral, no discordance (seed-only)", 0.0, 0.0),
+        Scenario(f"neutral, {discordance / 2:.1%} discordant", half / 2, half / 2),
+        Scenario(f"neutral, {discordance:.1%} discordant (planned)", half, half),
+        Scenario(f"neutral, {2 * discordance:.1%} discordant", discordance, discordance),
+        Scenario("regression of half the margin", half + margin / 2, half),
+        Scenario("regression at the margin, losses only", margin, 0.0),
+        Scenario("regression at the margin", half + margin, half),
+        Scenario("regression of twice the margin", half + 2 * margin, half),
+    ]
+
+
+def recorded_scenarios(margin_of: dict[str, float]) -> Iterator[tuple[str, Scenario]]:
+    """(task, scenario) per kit variant and task: the variant's recorded failures, base all passing."""
+    manifest = read_manifest(SHIPPED_DIR) or {}
+    variants = {**manifest.get("variants", {}), **manifest.get("not_shipped", {})}
+    for name, variant in sorted(variants.items()):
+        if name == "base":
+            continue
+        for task, outcome in sorted(variant.get("accuracy", {}).get("per_task", {}).items()):
+            if task in margin_of:
+                rate = len(outcome["failed_ids"]) / outcome["total"]
+                yield task, Scenario(f"{name} on {task} ({outcome['total']} recorded, {rate:.0%} lost)", rate, 0.0)
+
+
+@dataclass(frozen=True)
+class Row:
+    source: str  # "simulated", or the task whose recorded outcomes were resampled
+    harmful: bool  # true difference at or beyond −margin
+    fixed: OperatingCharacteristics
+    sequential: OperatingCharacteristics
+    fixed_n: int
+
+
+class Command(BaseCommand):
+    help = "False-approve and false-reject rates and samples: sequential vs fixed quality design."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--policy", default="default")
+        parser.add_argument("--runs", type=int, default=2000, help="simulated runs per scenario and design")
+        parser.add_argument("--discordance", type=float, default=DEFAULT_DISCORDANCE, help="planned discordance")
+        parser.add_argument("--power", type=float, default=DEFAULT_POWER)
+        parser.add_argument("--looks", type=int, default=DEFAULT_LOOKS)
+        parser.add_argument("--suite-size", type=int, default=1100, help="shipped plus held-out pool")
+        parser.add_argument("--seed", type=int, default=18)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        policy = load_policy(options["policy"])
+        rng = np.random.default_rng(options["seed"])
+        margin_of: dict[str, float] = {}
+        confidence_of: dict[str, float] = {}
+        for name, task_policy in policy.tasks.items():
+            for rule in task_policy.guardrails:
+                if rule.metric == "pass_rate" and rule.margin:
+                    margin_of[name], confidence_of[name] = rule.margin, rule.confidence
+        plans: dict[float, PowerPlan] = {}
+        for margin in sorted(set(margin_of.values())):
+            confidence = min(c for t, c in confidence_of.items() if margin_of[t] == margin)
+            plans[margin] = plan_task(
+                margin=margin,
+                confidence=confidence,
+                power=options["power"],
+                discordance=options["discordance"],
+                looks=options["looks"],
+                suite_size=options["suite_size"],
+            )
+        design = plans[min(plans)].design
+        beta_spending = design.beta_spending.label if design.beta_spending else "no"
+        self.stdout.write(
+            f"policy {policy.version_label}; plans at {options['discordance']:.0%} discordance, power "
+            f"{options['power']:.0%}, {options['looks']} looks ({design.alpha_spending.label} alpha, "
+            f"{beta_spending} beta spending); {options['runs']} runs per scenario"
+        )
+        rows: list[Row] = []
+        for margin, plan in plans.items():
+            tasks = ", ".join(t for t, m in margin_of.items() if m == margin)
+            self.stdout.write(
+                f"\nmargin {margin * 100:g} points ({tasks}), one-sided alpha {plan.alpha:g}: fixed {plan.fixed_n}, "
+                f"sequential looks {list(plan.look_sizes)}, expected {plan.expected_n:.0f} neutral / "
+                f"{plan.expected_n_at_margin:.0f} at the margin; {plan.reason}"
+            )
+            for scenario in simulated_scenarios(margin, options["discordance"]):
+                rows.append(self._compare("simulated", scenario, margin, plan, options["runs"], rng))
+        self.stdout.write("\nresampled from the kit's recorded per-sample outcomes (kit/manifest.json):")
+        for task, scenario in recorded_scenarios(margin_of):
+            rows.append(self._compare(task, scenario, margin_of[task], plans[margin_of[task]], options["runs"], rng))
+        self._summary(rows)
+
+    def _compare(
+        self, source: str, scenario: Scenario, margin: float, plan: PowerPlan, runs: int, rng: np.random.Generator
+    ) -> Row:
+        common = {"margin": margin, "p_loss": scenario.p_loss, "p_gain": scenario.p_gain, "runs": runs, "rng": rng}
+        fixed = simulate_fixed(plan.fixed_n, confidence=1 - 2 * plan.alpha, **common)  # type: ignore[arg-type]
+        sequential = simulate_sequential(plan.design, plan.look_sizes, **common)  # type: ignore[arg-type]
+        harmful = scenario.difference <= -margin + 1e-12
+        error = "approve" if harmful else "reject"
+
+        def rate(result: OperatingCharacteristics) -> float:
+            return result.approve if harmful else result.reject
+
+        self.stdout.write(
+            f"  {scenario.label:<48} Δ {scenario.difference * 100:+5.1f} pt  false {error}: fixed {rate(fixed):.3f}"
+            f" seq {rate(sequential):.3f} | approve {fixed.approve:.2f}/{sequential.approve:.2f} reject "
+            f"{fixed.reject:.2f}/{sequential.reject:.2f} | samples {sequential.mean_samples:.0f} = "
+            f"{sequential.mean_samples / plan.fixed_n:.2f} of fixed"
+        )
+        return Row(source, harmful, fixed, sequential, plan.fixed_n)
+
+    def _summary(self, rows: list[Row]) -> None:
+        self.stdout.write("\nsummary (worst case over scenarios; samples: mean over scenarios of sequential / fixed)")
+        for name, chosen in (
+            ("simulated", [r for r in rows if r.source == "simulated"]),
+            ("recorded", [r for r in rows if r.source != "simulated"]),
+        ):
+            harmful = [r for r in chosen if r.harmful]
+            neutral = [r for r in chosen if not r.harmful]
+            worst_approve = [max((x.approve for x in xs), default=0.0) for xs in _designs(harmful)]
+            worst_reject = [max((x.reject for x in xs), default=0.0) for xs in _designs(neutral)]
+            fraction = float(np.mean([r.sequential.mean_samples / r.fixed_n for r in chosen])) if chosen else math.nan
+            self.stdout.write(
+                f"  {name:<9} false approve fixed {worst_approve[0]:.3f} seq {worst_approve[1]:.3f}; "
+                f"false reject fixed {worst_reject[0]:.3f} seq {worst_reject[1]:.3f}; "
+                f"samples {fraction:.2f} of fixed over {len(chosen)} scenarios"
+            )
+
+
+def _designs(rows: list[Row]) -> tuple[list[OperatingCharacteristics], list[OperatingCharacteristics]]:
+    return [r.fixed for r in rows], [r.sequential for r in rows]
