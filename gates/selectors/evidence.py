@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from evaluators.models import EvaluationRun, RunErrorKind, RunSource, RunStatus, SampleRecord, TaskResult
+from django.db.models import OuterRef, Subquery
+
+from evaluators.models import (
+    EvaluationAttempt,
+    EvaluationRun,
+    RunErrorKind,
+    RunSource,
+    RunStatus,
+    SampleRecord,
+    TaskResult,
+)
 from evaluators.selectors import request_latencies_ms, run_provenance
 from gates.judge.records import RequestTiming
 from gates.judge.verdicts import RunTaskEvidence
-from gates.models import EvidenceAcceptance, ReleaseTicket
+from gates.models import EvidenceAcceptance, GateDecision, ReleaseTicket
 
 
 def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
@@ -151,3 +161,80 @@ def ticket_provenance(ticket: ReleaseTicket) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# --- which run, and so which producer, each of a decision's numbers came from -------------------
+
+SIDES = ("baseline", "candidate")
+_HASH_SHOWN = 12  # hex digits of a file's sha256 shown in the one-line text; the API has the whole hash
+
+
+def _producer_text(side: dict[str, Any]) -> str:
+    """The line a reviewer reads next to a number: "OptGate worker gpu@host:41", or
+    "imported by erin (quality sha256 ab12…)"."""
+    if side["source"] == "import":
+        files = ", ".join(f"{part} sha256 {sha[:_HASH_SHOWN]}…" for part, sha in side["files"].items())
+        return f"imported by {side['imported_by'] or 'an unknown user'}" + (f" ({files})" if files else "")
+    text = f"OptGate worker {side['worker']}" if side["worker"] else "OptGate worker"
+    if side["quality_from_run"] is not None:
+        text += f" (quality answers reused from run #{side['quality_from_run']})"
+    return text
+
+
+def decision_provenance(decision: GateDecision) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per task of ``decision``, per side (baseline, candidate): the run its numbers came from and who produced it.
+
+    A side is ``{run, source, worker, imported_by, files, quality_from_run, producer}``: ``source``
+    is ``optgate_worker`` (``worker`` names the worker process of the run's last attempt) or
+    ``import`` (``imported_by`` the person, ``files`` the sha256 of each imported file of this
+    task); ``quality_from_run`` names the earlier run whose greedy answers a measured baseline
+    reused; ``producer`` says all that in one line. Two queries, whatever the number of tasks.
+    """
+    verdicts: dict[str, Any] = decision.verdicts or {}
+    # The judge records each task's runs; older decisions name only the decision's two.
+    task_runs = {
+        task: {
+            "baseline": int(verdict.get("base_run") or decision.baseline_run_id),
+            "candidate": int(verdict.get("cand_run") or decision.candidate_run_id),
+        }
+        for task, verdict in verdicts.items()
+    }
+    run_ids = {run_id for sides in task_runs.values() for run_id in sides.values()}
+    last_worker = EvaluationAttempt.objects.filter(run=OuterRef("pk")).order_by("-number").values("worker")[:1]
+    runs: dict[int, dict[str, Any]] = {
+        row["pk"]: dict(row)
+        for row in EvaluationRun.objects.filter(pk__in=run_ids)
+        .annotate(last_worker=Subquery(last_worker))
+        .values("pk", "source", "imported_by__username", "last_worker")
+    }
+    # Only the few keys provenance needs, not the results' whole JSON.
+    results: dict[tuple[int, str], dict[str, Any]] = {
+        (row["run_id"], row["task"]): dict(row)
+        for row in TaskResult.objects.filter(run_id__in=run_ids, task__in=list(verdicts)).values(
+            "run_id", "task", "quality__file_sha256", "performance__file_sha256", "quality__reused_from_run"
+        )
+    }
+    shown: dict[str, dict[str, dict[str, Any]]] = {}
+    for task, sides in task_runs.items():
+        shown[task] = {}
+        for side_name, run_id in sides.items():
+            run = runs.get(run_id, {})
+            result = results.get((run_id, task), {})
+            imported = run.get("source") == RunSource.IMPORTED
+            files = {
+                part: str(result[f"{part}__file_sha256"])
+                for part in ("quality", "performance")
+                if imported and result.get(f"{part}__file_sha256")
+            }
+            reused = result.get("quality__reused_from_run")
+            side = {
+                "run": run_id,
+                "source": "import" if imported else "optgate_worker",
+                "worker": None if imported else (run.get("last_worker") or None),
+                "imported_by": run.get("imported_by__username") if imported else None,
+                "files": files,
+                "quality_from_run": int(reused) if isinstance(reused, int) and not imported else None,
+            }
+            side["producer"] = _producer_text(side)
+            shown[task][side_name] = side
+    return shown
