@@ -50,6 +50,7 @@ PINNED = {
     "/api/v1/routes/history/": 4,  # + count, versions with actor and ticket
     "/api/v1/routes/export/?format=litellm": 5,
     "/api/v1/runs/": 5,  # + count, runs with backend, their task results
+    "/api/v1/reviews/": 4,  # + count, reviews with their tickets and reviewers
     "/api/v1/tokens/": 5,  # + the viewer's roles (admins see every token), count, tokens
     # web UI list pages (+1: the user's roles)
     "/": 13,
