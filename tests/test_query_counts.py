@@ -61,13 +61,16 @@ PINNED = {
     "/reviews/": 5,
     "/runs/active/": 4,
 }
-PINNED_TICKET_DETAIL = 7  # + the ticket's row with owner and backends, its two task lists, runs, acceptances
+# + the ticket's row with owner and backends, its two task lists, its runs with their importers (the
+# acceptances and file hashes only when a run was imported)
+PINNED_TICKET_DETAIL = 6
 # + the ticket's row, the decision, its sign-offs with reviewers, one per signed verdict, history, and
 # the caller's roles (whether the summary's next action is theirs to sign off)
 PINNED_DECISION = 8
-# A decision's first read in a web process also formats its summary, whose numbers name their runs'
-# producers: + the runs with their last attempts' workers, and the task results' provenance keys.
-PINNED_DECISION_FIRST_READ = PINNED_DECISION + 2
+# A decision's first read in a web process also formats its verdicts and summary, whose numbers
+# name their runs' producers: + the verdicts (deferred otherwise), the runs with their last
+# attempts' workers, and the task results' provenance keys.
+PINNED_DECISION_FIRST_READ = PINNED_DECISION + 3
 
 
 def _person(username: str, *roles: str) -> User:

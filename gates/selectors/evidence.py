@@ -16,7 +16,7 @@ from evaluators.models import (
     SampleRecord,
     TaskResult,
 )
-from evaluators.selectors import request_latencies_ms, run_provenance
+from evaluators.selectors import request_latencies_ms
 from gates.judge.records import RequestTiming
 from gates.judge.verdicts import RunTaskEvidence
 from gates.models import EvidenceAcceptance, GateDecision, ReleaseTicket
@@ -126,10 +126,6 @@ def ticket_runs(ticket: ReleaseTicket) -> list[tuple[str, EvaluationRun]]:
     return [(role, run) for role, run in runs if run is not None]
 
 
-def _imported_by_owner(ticket: ReleaseTicket, run: EvaluationRun) -> bool:
-    return run.source == RunSource.IMPORTED and run.imported_by_id == ticket.owner_id
-
-
 def owner_imported_unaccepted(ticket: ReleaseTicket, runs: Iterable[EvaluationRun | None]) -> list[EvaluationRun]:
     """Those of ``runs`` whose evidence the ticket's owner imported and no other reviewer accepted yet."""
     owned = [
@@ -139,28 +135,58 @@ def owner_imported_unaccepted(ticket: ReleaseTicket, runs: Iterable[EvaluationRu
     return [run for run in owned if run.pk not in accepted]
 
 
-def ticket_provenance(ticket: ReleaseTicket) -> list[dict[str, Any]]:
-    """Who produced each of the ticket's runs, whether the owner imported it, and who accepted it."""
-    acceptances = {a.run_id: a for a in EvidenceAcceptance.objects.filter(ticket=ticket).select_related("accepted_by")}
-    rows = []
-    for role, run in ticket_runs(ticket):
-        acceptance = acceptances.get(run.pk)
-        rows.append(
-            {
-                "role": role,
-                "run": run.pk,
-                **run_provenance(run),
-                "owner_imported": _imported_by_owner(ticket, run),
-                "accepted": None
-                if acceptance is None
-                else {
-                    "by": acceptance.accepted_by.get_username(),
-                    "reason": acceptance.reason,
-                    "at": acceptance.created_at.isoformat(),
-                },
+_RUN_PROVENANCE_FIELDS = ("id", "source", "imported_by_id", "imported_by__username")
+
+
+def ticket_provenance(ticket_id: int) -> list[dict[str, Any]]:
+    """Who produced each of ticket ``ticket_id``'s runs, whether the owner imported it, and who accepted it.
+
+    Read from plain rows, afresh: one query for the ticket's runs and their importers; the
+    acceptances and the imported files' hashes only when there is imported evidence to show.
+    """
+    sides = ("baseline", "candidate")
+    fields = ["owner_id"] + [f"{side}_run__{f}" for side in sides for f in _RUN_PROVENANCE_FIELDS]
+    row = ReleaseTicket.objects.filter(pk=ticket_id).values(*fields).first()
+    if row is None:
+        return []
+    runs = [
+        (side, {f: row[f"{side}_run__{f}"] for f in _RUN_PROVENANCE_FIELDS})
+        for side in sides
+        if row[f"{side}_run__id"] is not None
+    ]
+    imported = [run["id"] for _, run in runs if run["source"] == RunSource.IMPORTED]
+    owner_imported = {
+        run["id"] for _, run in runs if run["id"] in imported and run["imported_by_id"] == row["owner_id"]
+    }
+    files: dict[int, dict[str, dict[str, str]]] = {run_id: {} for run_id in imported}
+    if imported:
+        parts = ("quality", "performance")
+        results = TaskResult.objects.filter(run_id__in=imported).order_by("task")
+        for result in results.values("run_id", "task", *(f"{part}__file_sha256" for part in parts)):
+            hashes = {part: str(result[f"{part}__file_sha256"]) for part in parts if result[f"{part}__file_sha256"]}
+            if hashes:
+                files[result["run_id"]][result["task"]] = hashes
+    acceptances: dict[int, dict[str, Any]] = {}
+    if owner_imported:
+        accepted = EvidenceAcceptance.objects.filter(ticket_id=ticket_id, run_id__in=owner_imported)
+        for a in accepted.values("run_id", "accepted_by__username", "reason", "created_at"):
+            acceptances[a["run_id"]] = {
+                "by": a["accepted_by__username"],
+                "reason": a["reason"],
+                "at": a["created_at"].isoformat(),
             }
-        )
-    return rows
+    return [
+        {
+            "role": role,
+            "run": run["id"],
+            "source": "import" if run["id"] in files else "optgate_worker",
+            "imported_by": run["imported_by__username"] if run["id"] in files else None,
+            "files": files.get(run["id"], {}),
+            "owner_imported": run["id"] in owner_imported,
+            "accepted": acceptances.get(run["id"]),
+        }
+        for role, run in runs
+    ]
 
 
 # --- which run, and so which producer, each of a decision's numbers came from -------------------
