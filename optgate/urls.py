@@ -11,6 +11,7 @@ from accounts.views import RateLimitedLoginView
 from backends.api import BackendViewSet
 from gates.api import integrations
 from gates.api.policies import PolicyViewSet
+from gates.api.reviews import ReviewViewSet
 from gates.api.routes import RouteViewSet
 from gates.api.runs import RunViewSet
 from gates.api.tickets import TaskTypeViewSet, TicketViewSet
@@ -26,6 +27,7 @@ router.register("ledger", LedgerViewSet, basename="ledger")
 router.register("policies", PolicyViewSet, basename="policy")
 router.register("routes", RouteViewSet, basename="route")
 router.register("runs", RunViewSet, basename="run")
+router.register("reviews", ReviewViewSet, basename="review")
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("users", PersonViewSet, basename="user")
 

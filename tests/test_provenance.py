@@ -13,11 +13,12 @@ from rest_framework.test import APIClient
 from backends.models import Backend
 from core.errors import DomainError, InvalidInput, NotAllowed
 from evaluators.imports.services import run_open_for_import
-from evaluators.models import EvaluationRun, RunSource, TaskResult
+from evaluators.models import EvaluationAttempt, EvaluationRun, RunSource, RunStatus, TaskResult
 from evaluators.selectors import run_provenance
 from gates.models import ReleaseTicket, TicketStatus
 from gates.policy.parse import validate_policy_text
 from gates.policy.rules import PolicyError
+from gates.selectors.evidence import decision_provenance
 from gates.services import decisions, provenance, signoff
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
@@ -189,3 +190,71 @@ def test_a_reviewer_accepts_the_owners_evidence_on_the_ticket_page(
     assert LedgerEntry.objects.get(kind="ticket.evidence_accepted").actor == rita
     page = client_for(rita).get(f"/tickets/{ticket.pk}/").content.decode()
     assert "accepted by rita: compared against our own canary logs" in page
+
+
+def measured_by(run: EvaluationRun, worker: str) -> None:
+    """Test set-up: the attempt a worker process leaves on the run it measured."""
+    EvaluationAttempt.objects.create(run=run, number=1, worker=worker, status=RunStatus.SUCCEEDED)
+
+
+def test_the_decision_api_names_the_producer_of_each_tasks_numbers(
+    api_for: Callable[[User | None], APIClient], erin: User, rita: User, baseline: Backend, candidate: Backend
+) -> None:
+    ticket = judged(erin, erin, baseline, candidate)
+    assert ticket.baseline_run is not None and ticket.candidate_run is not None
+    measured_by(ticket.baseline_run, "gpu@node-7:4242")
+    summary = api_for(rita).get(f"/api/v1/tickets/{ticket.pk}/decision/").json()["summary"]
+    assert [t["task"] for t in summary["tasks"]] == ["cs_summary", "code_assistant"]
+    for task in summary["tasks"]:
+        assert task["provenance"] == {
+            "baseline": {
+                "run": ticket.baseline_run.pk,
+                "source": "optgate_worker",
+                "worker": "gpu@node-7:4242",
+                "imported_by": None,
+                "files": {},
+                "quality_from_run": None,
+                "producer": "OptGate worker gpu@node-7:4242",
+            },
+            "candidate": {
+                "run": ticket.candidate_run.pk,
+                "source": "import",
+                "worker": None,
+                "imported_by": "erin",
+                "files": {"quality": SHA},
+                "quality_from_run": None,
+                "producer": f"imported by erin (quality sha256 {SHA[:12]}…)",
+            },
+        }
+
+
+def test_a_reused_baseline_names_the_run_its_answers_came_from(
+    erin: User, rita: User, baseline: Backend, candidate: Backend
+) -> None:
+    ticket = scenario("approve", erin, baseline, candidate)
+    assert ticket.baseline_run is not None
+    # Test set-up: what an interleaved pair stores when the baseline's greedy answers were reused.
+    result = TaskResult.objects.get(run=ticket.baseline_run, task="cs_summary")
+    result.quality = {**result.quality, "reused_from_run": 7}
+    result.save(update_fields=["quality"])
+    decision = decisions.decision_make(ticket=ticket)
+    shown = decision_provenance(decision)
+    assert shown["cs_summary"]["baseline"]["quality_from_run"] == 7
+    assert shown["cs_summary"]["baseline"]["producer"] == "OptGate worker (quality answers reused from run #7)"
+    assert shown["code_assistant"]["baseline"]["producer"] == "OptGate worker"
+
+
+def test_the_summary_on_the_ticket_page_shows_each_sides_producer(
+    erin: User, rita: User, baseline: Backend, candidate: Backend
+) -> None:
+    ticket = judged(erin, erin, baseline, candidate)
+    assert ticket.baseline_run is not None and ticket.candidate_run is not None
+    measured_by(ticket.baseline_run, "gpu@node-7:4242")
+    page = client_for(rita).get(f"/tickets/{ticket.pk}/").content.decode()
+    summary = page.split('id="summary"', 1)[1].split("</section>", 1)[0]
+    row = summary.split('data-task="cs_summary"', 1)[1].split("</tr>", 1)[0]
+    base, cand = ticket.baseline_run.pk, ticket.candidate_run.pk
+    assert f'title="Baseline numbers: run #{base}, OptGate worker gpu@node-7:4242"' in row
+    assert f"B #{base} · worker" in row
+    assert f'title="Candidate numbers: run #{cand}, imported by erin (quality sha256 {SHA[:12]}…)"' in row
+    assert f"C #{cand} · imported by erin" in row

@@ -99,6 +99,7 @@ def row(name: str, method: str, state: str, cells: str, variant: str = "") -> Ro
 #   before the actor, so on a ticket in the wrong state everyone gets 409; the rows use the right state.
 # - policy-validate / policy-dry-run: read-only checks that store nothing: every signed-in user.
 # - run-evidence / run-close: import runs have no owner; engineers and admins attach evidence.
+# - review-complete: reviewers and admins; the ticket's owner (an engineer here) never reviews their own.
 # - token-*: everyone manages their own API tokens; admins anyone's. The "token" state is a token of
 #   the owner's; others get 404, since they cannot see it.
 # - user-*: an admin sees and changes everyone's roles; anyone else sees only themselves (others: 404)
@@ -150,6 +151,9 @@ MATRIX: tuple[Row, ...] = (
     row("run-list",                     "GET",   "run",       "401   200   200   200   200   200"),
     row("run-list",                     "POST",  "-",         "401   403   201   201   403   201"),
     row("run-detail",                   "GET",   "run",       "401   200   200   200   200   200"),
+    row("review-list",                  "GET",   "review",    "401   200   200   200   200   200"),
+    row("review-detail",                "GET",   "review",    "401   200   200   200   200   200"),
+    row("review-complete",              "POST",  "review",    "401   403   403   403   200   200"),
     row("run-evidence",                 "POST",  "importing", "401   403   201   201   403   201"),
     row("run-close",                    "POST",  "imported",  "401   403   200   200   403   200"),
     row("token-list",                   "GET",   "token",     "401   200   200   200   200   200"),
@@ -470,6 +474,7 @@ BODIES: dict[str, Body] = {
     "user-grant POST": lambda w, _: {"group": "reviewer:sre", "reason": "on call"},
     "user-revoke POST": lambda w, _: {"group": "engineer", "reason": "moved teams"},
     "run-list POST": lambda w, _: {"backend": w.baseline.name, "tasks": ["cs_summary"]},
+    "review-complete POST": lambda w, _: {"outcome": "keep_default"},
     "run-evidence POST": lambda w, _: {"kind": "vllm_bench", "task": "cs_summary", "file": _bench_document(w.baseline)},
     "flagger-confirm-promotion POST": lambda w, backend: {"name": "c", "metadata": {"backend": backend.name}},
     "github-deployment-protection POST": lambda w, _: {"action": "requested"},

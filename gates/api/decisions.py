@@ -87,15 +87,15 @@ def decision_shown(decision: GateDecision) -> tuple[dict[str, Any], dict[str, An
 
 def ticket_decision(ticket: ReleaseTicket, user: Actor) -> Response:
     """The ticket's current decision with its sign-offs, its summary, and the earlier decisions in brief."""
-    current = decision_current(ticket=ticket)
+    # The verdicts are read only when this process has not formatted the decision yet (``decision_shown``).
+    current = decision_current(ticket=ticket, defer_verdicts=True)
     if current is None:
         return Response({"detail": f"ticket #{ticket.pk} has no gate decision yet"}, status=status.HTTP_404_NOT_FOUND)
     with_sign_offs(current)
     sign_offs = list(current.sign_offs.all())  # prefetched with their reviewers
     verdicts, summary_base = decision_shown(current)
     data = {
-        **decision_shown_fields(current),
-        "verdicts": verdicts,
+        **decision_shown_fields(current, verdicts=verdicts),
         "sign_offs": [sign_off_shown(s) for s in sign_offs],
         "sign_off_state": signoff.signoff_summary(current, sign_offs),
     }

@@ -185,8 +185,7 @@ def _transition_action(name: str) -> Any:
 def _with_provenance(ticket: ReleaseTicket) -> dict[str, Any]:
     """The ticket as the API shows it, with who produced each of its runs."""
     shown = ticket_shown(ticket)
-    runs = ReleaseTicket.objects.select_related("baseline_run__imported_by", "candidate_run__imported_by")
-    shown["provenance"] = ticket_provenance(runs.get(pk=ticket.pk))
+    shown["provenance"] = ticket_provenance(ticket.pk)
     return shown
 
 
@@ -231,8 +230,7 @@ class TicketViewSet(
         if not rows:
             raise Http404("No ReleaseTicket matches the given query.")
         shown = rows[0]
-        runs = ReleaseTicket.objects.select_related("baseline_run__imported_by", "candidate_run__imported_by")
-        shown["provenance"] = ticket_provenance(runs.get(pk=shown["id"]))
+        shown["provenance"] = ticket_provenance(shown["id"])
         return Response(shown)
 
     def get_permissions(self) -> Sequence[Any]:

@@ -22,9 +22,14 @@ DECISION_KINDS = (
 )
 
 
-def decision_current(*, ticket: ReleaseTicket) -> GateDecision | None:
-    """The ticket's current decision: its latest binding (not dry-run) one."""
-    return GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id").first()
+def decision_current(*, ticket: ReleaseTicket, defer_verdicts: bool = False) -> GateDecision | None:
+    """The ticket's current decision: its latest binding (not dry-run) one.
+
+    ``defer_verdicts`` leaves the per-task verdicts (the row's largest JSON) unread until asked
+    for: a reader that keeps them formatted per decision seldom needs them again.
+    """
+    decisions = GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id")
+    return (decisions.defer("verdicts") if defer_verdicts else decisions).first()
 
 
 def decisions_awaiting_canary(*, limit: int = 20) -> list[GateDecision]:
@@ -126,8 +131,9 @@ def sign_off_shown(sign_off: SignOff) -> dict[str, Any]:
     }
 
 
-def decision_shown_fields(decision: GateDecision) -> dict[str, Any]:
-    """The decision's own fields as the API shows them (``DecisionSerializer`` without the sign-offs).
+def decision_shown_fields(decision: GateDecision, *, verdicts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The decision's own fields as the API shows them (``DecisionSerializer`` without the sign-offs);
+    ``verdicts`` stand in for the stored ones when the caller has them already (shown, with display blocks).
 
     Built by hand: through the ModelSerializer, building its fields from the model (and a nested
     one per sign-off) was most of a decision read's CPU. Tests hold the two equal.
@@ -141,7 +147,7 @@ def decision_shown_fields(decision: GateDecision) -> dict[str, Any]:
         "candidate_run": decision.candidate_run_id,
         "outcome": decision.outcome,
         "reasons": decision.reasons,
-        "verdicts": decision.verdicts,
+        "verdicts": decision.verdicts if verdicts is None else verdicts,
         "proposed_routes": decision.proposed_routes,
         "allowed_tasks": decision.allowed_tasks,
         "samples_needed": decision.samples_needed,

@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from evaluators.models import EvaluationRun, RunErrorKind, RunSource, RunStatus, SampleRecord, TaskResult
-from evaluators.selectors import request_latencies_ms, run_provenance
+from django.db.models import OuterRef, Subquery
+
+from evaluators.models import (
+    EvaluationAttempt,
+    EvaluationRun,
+    RunErrorKind,
+    RunSource,
+    RunStatus,
+    SampleRecord,
+    TaskResult,
+)
+from evaluators.selectors import request_latencies_ms
 from gates.judge.records import RequestTiming
 from gates.judge.verdicts import RunTaskEvidence
-from gates.models import EvidenceAcceptance, ReleaseTicket
+from gates.models import EvidenceAcceptance, GateDecision, ReleaseTicket
 
 
 def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
@@ -145,10 +155,6 @@ def ticket_runs(ticket: ReleaseTicket) -> list[tuple[str, EvaluationRun]]:
     return [(role, run) for role, run in runs if run is not None]
 
 
-def _imported_by_owner(ticket: ReleaseTicket, run: EvaluationRun) -> bool:
-    return run.source == RunSource.IMPORTED and run.imported_by_id == ticket.owner_id
-
-
 def owner_imported_unaccepted(ticket: ReleaseTicket, runs: Iterable[EvaluationRun | None]) -> list[EvaluationRun]:
     """Those of ``runs`` whose evidence the ticket's owner imported and no other reviewer accepted yet."""
     owned = [
@@ -158,25 +164,132 @@ def owner_imported_unaccepted(ticket: ReleaseTicket, runs: Iterable[EvaluationRu
     return [run for run in owned if run.pk not in accepted]
 
 
-def ticket_provenance(ticket: ReleaseTicket) -> list[dict[str, Any]]:
-    """Who produced each of the ticket's runs, whether the owner imported it, and who accepted it."""
-    acceptances = {a.run_id: a for a in EvidenceAcceptance.objects.filter(ticket=ticket).select_related("accepted_by")}
-    rows = []
-    for role, run in ticket_runs(ticket):
-        acceptance = acceptances.get(run.pk)
-        rows.append(
-            {
-                "role": role,
-                "run": run.pk,
-                **run_provenance(run),
-                "owner_imported": _imported_by_owner(ticket, run),
-                "accepted": None
-                if acceptance is None
-                else {
-                    "by": acceptance.accepted_by.get_username(),
-                    "reason": acceptance.reason,
-                    "at": acceptance.created_at.isoformat(),
-                },
+_RUN_PROVENANCE_FIELDS = ("id", "source", "imported_by_id", "imported_by__username")
+
+
+def ticket_provenance(ticket_id: int) -> list[dict[str, Any]]:
+    """Who produced each of ticket ``ticket_id``'s runs, whether the owner imported it, and who accepted it.
+
+    Read from plain rows, afresh: one query for the ticket's runs and their importers; the
+    acceptances and the imported files' hashes only when there is imported evidence to show.
+    """
+    sides = ("baseline", "candidate")
+    fields = ["owner_id"] + [f"{side}_run__{f}" for side in sides for f in _RUN_PROVENANCE_FIELDS]
+    row = ReleaseTicket.objects.filter(pk=ticket_id).values(*fields).first()
+    if row is None:
+        return []
+    runs = [
+        (side, {f: row[f"{side}_run__{f}"] for f in _RUN_PROVENANCE_FIELDS})
+        for side in sides
+        if row[f"{side}_run__id"] is not None
+    ]
+    imported = [run["id"] for _, run in runs if run["source"] == RunSource.IMPORTED]
+    owner_imported = {
+        run["id"] for _, run in runs if run["id"] in imported and run["imported_by_id"] == row["owner_id"]
+    }
+    files: dict[int, dict[str, dict[str, str]]] = {run_id: {} for run_id in imported}
+    if imported:
+        parts = ("quality", "performance")
+        results = TaskResult.objects.filter(run_id__in=imported).order_by("task")
+        for result in results.values("run_id", "task", *(f"{part}__file_sha256" for part in parts)):
+            hashes = {part: str(result[f"{part}__file_sha256"]) for part in parts if result[f"{part}__file_sha256"]}
+            if hashes:
+                files[result["run_id"]][result["task"]] = hashes
+    acceptances: dict[int, dict[str, Any]] = {}
+    if owner_imported:
+        accepted = EvidenceAcceptance.objects.filter(ticket_id=ticket_id, run_id__in=owner_imported)
+        for a in accepted.values("run_id", "accepted_by__username", "reason", "created_at"):
+            acceptances[a["run_id"]] = {
+                "by": a["accepted_by__username"],
+                "reason": a["reason"],
+                "at": a["created_at"].isoformat(),
             }
+    return [
+        {
+            "role": role,
+            "run": run["id"],
+            "source": "import" if run["id"] in files else "optgate_worker",
+            "imported_by": run["imported_by__username"] if run["id"] in files else None,
+            "files": files.get(run["id"], {}),
+            "owner_imported": run["id"] in owner_imported,
+            "accepted": acceptances.get(run["id"]),
+        }
+        for role, run in runs
+    ]
+
+
+# --- which run, and so which producer, each of a decision's numbers came from -------------------
+
+SIDES = ("baseline", "candidate")
+_HASH_SHOWN = 12  # hex digits of a file's sha256 shown in the one-line text; the API has the whole hash
+
+
+def _producer_text(side: dict[str, Any]) -> str:
+    """The line a reviewer reads next to a number: "OptGate worker gpu@host:41", or
+    "imported by erin (quality sha256 ab12…)"."""
+    if side["source"] == "import":
+        files = ", ".join(f"{part} sha256 {sha[:_HASH_SHOWN]}…" for part, sha in side["files"].items())
+        return f"imported by {side['imported_by'] or 'an unknown user'}" + (f" ({files})" if files else "")
+    text = f"OptGate worker {side['worker']}" if side["worker"] else "OptGate worker"
+    if side["quality_from_run"] is not None:
+        text += f" (quality answers reused from run #{side['quality_from_run']})"
+    return text
+
+
+def decision_provenance(decision: GateDecision) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per task of ``decision``, per side (baseline, candidate): the run its numbers came from and who produced it.
+
+    A side is ``{run, source, worker, imported_by, files, quality_from_run, producer}``: ``source``
+    is ``optgate_worker`` (``worker`` names the worker process of the run's last attempt) or
+    ``import`` (``imported_by`` the person, ``files`` the sha256 of each imported file of this
+    task); ``quality_from_run`` names the earlier run whose greedy answers a measured baseline
+    reused; ``producer`` says all that in one line. Two queries, whatever the number of tasks.
+    """
+    verdicts: dict[str, Any] = decision.verdicts or {}
+    # The judge records each task's runs; older decisions name only the decision's two.
+    task_runs = {
+        task: {
+            "baseline": int(verdict.get("base_run") or decision.baseline_run_id),
+            "candidate": int(verdict.get("cand_run") or decision.candidate_run_id),
+        }
+        for task, verdict in verdicts.items()
+    }
+    run_ids = {run_id for sides in task_runs.values() for run_id in sides.values()}
+    last_worker = EvaluationAttempt.objects.filter(run=OuterRef("pk")).order_by("-number").values("worker")[:1]
+    runs: dict[int, dict[str, Any]] = {
+        row["pk"]: dict(row)
+        for row in EvaluationRun.objects.filter(pk__in=run_ids)
+        .annotate(last_worker=Subquery(last_worker))
+        .values("pk", "source", "imported_by__username", "last_worker")
+    }
+    # Only the few keys provenance needs, not the results' whole JSON.
+    results: dict[tuple[int, str], dict[str, Any]] = {
+        (row["run_id"], row["task"]): dict(row)
+        for row in TaskResult.objects.filter(run_id__in=run_ids, task__in=list(verdicts)).values(
+            "run_id", "task", "quality__file_sha256", "performance__file_sha256", "quality__reused_from_run"
         )
-    return rows
+    }
+    shown: dict[str, dict[str, dict[str, Any]]] = {}
+    for task, sides in task_runs.items():
+        shown[task] = {}
+        for side_name, run_id in sides.items():
+            run = runs.get(run_id, {})
+            result = results.get((run_id, task), {})
+            imported = run.get("source") == RunSource.IMPORTED
+            files = {
+                part: str(result[f"{part}__file_sha256"])
+                for part in ("quality", "performance")
+                if imported and result.get(f"{part}__file_sha256")
+            }
+            reused = result.get("quality__reused_from_run")
+            side = {
+                "run": run_id,
+                "source": "import" if imported else "optgate_worker",
+                "worker": None if imported else (run.get("last_worker") or None),
+                "imported_by": run.get("imported_by__username") if imported else None,
+                "files": files,
+                "quality_from_run": int(reused) if isinstance(reused, int) and not imported else None,
+            }
+            side["producer"] = _producer_text(side)
+            shown[task][side_name] = side
+    return shown

@@ -2,8 +2,9 @@
 
 The outcome; one row per task with its verdict and the one or two numbers that decided it (with
 their intervals, in the metric's unit); the blocking findings, each once; and the next action for
-the person looking. It reads only the stored decision, so the API and the page build it without
-further queries.
+the person looking. Each task's numbers name the run they came from on each side, and so who
+produced them (an OptGate worker, or a person's import with its file hashes). It reads the stored
+decision and, in two queries, its runs' provenance.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from gates.display import metric_display
 from gates.models import DecisionOutcome, GateDecision, TicketStatus
+from gates.selectors.evidence import decision_provenance
 
 DECIDING_PER_TASK = 2
 # Which metrics decided a task, by its verdict: the failures of a failed task, the open questions
@@ -79,6 +81,7 @@ def numbers_text(numbers: list[dict[str, Any]]) -> str:
 def decision_summary(decision: GateDecision) -> dict[str, Any]:
     """The viewer-independent part of the summary of ``decision`` (see the module docstring)."""
     verdicts: dict[str, Any] = decision.verdicts or {}
+    provenance = decision_provenance(decision)
     tasks = [
         {
             "task": task,
@@ -87,6 +90,7 @@ def decision_summary(decision: GateDecision) -> dict[str, Any]:
             "numbers": [_number_row(m) for m in _deciding(verdict)],
             "samples_used": _samples_used(verdict),
             "samples_needed": verdict.get("samples_needed") or (decision.samples_needed or {}).get(task),
+            "provenance": provenance[task],
         }
         for task, verdict in verdicts.items()
     ]

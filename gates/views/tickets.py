@@ -170,7 +170,7 @@ def _ticket_page(
     decision = latest_decision(ticket)
     record = decision["record"] if decision else None
     signoff_state = signoff_context(ticket, decision, user, signoff_form)
-    provenance = ticket_provenance(ticket)
+    provenance = ticket_provenance(ticket.pk)
     context = {
         "ticket": ticket,
         "timeline": list(ledger_entries(subject_type="ticket", subject_id=str(ticket.pk)).order_by("seq")),

@@ -15,7 +15,7 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from django.conf import settings
 from django.core.management import call_command
@@ -28,7 +28,8 @@ from gates.models import ReleaseTicket, TicketStatus
 from gates.selectors.summary import decision_summary, next_action, numbers_text
 from ledger.selectors import ledger_verify
 from tools.demo.fleet import DEMO_PASSWORD, DEMO_USERS, demo_backends_register, demo_tickets_file, demo_users_create
-from tools.demo.processes import DemoProcesses
+from tools.demo.processes import DemoProcesses, demo_commands
+from tools.demo.progress import ProgressLine, Run, evaluation_text
 
 SETTLED = {
     TicketStatus.APPROVED,
@@ -75,11 +76,13 @@ class Command(BaseCommand):
             backends = demo_backends_register(self)
             self.step("starting the GPU-queue worker, the default worker, beat and the web server")
             self.processes.start(logs, options["port"])
-            self.measure_fleet_baseline(backends["kit-bf16"])
+            names = ", ".join(f"{name}.log" for name in demo_commands(options["port"]))
+            self.line(f"    their logs: {logs}/ ({names}); each engine's under {settings.OPTGATE_ARTIFACTS_DIR}/runs/")
+            fleet_run = self.measure_fleet_baseline(backends["kit-bf16"])
             self.step("filing and submitting the three demo release tickets")
             tickets = demo_tickets_file(users["erin"], backends, self)
             self.print_welcome(options["port"], logs)
-            self.follow(tickets, options["timeout"])
+            self.follow(tickets, options["timeout"], fleet_run_id=fleet_run.pk)
             self.print_decisions(tickets)
             if not options["no_serve"]:
                 self.stdout.write(f"\nOpen http://127.0.0.1:{options['port']}/ — Ctrl-C stops everything.")
@@ -142,7 +145,7 @@ class Command(BaseCommand):
     def line(self, text: str) -> None:
         self.stdout.write(text)
 
-    def measure_fleet_baseline(self, baseline: Backend) -> None:
+    def measure_fleet_baseline(self, baseline: Backend) -> EvaluationRun:
         """Queue one baseline run over every task type; each ticket's baseline then reuses it."""
         from evaluators.services import run_request
         from evaluators.suites import SUITES
@@ -155,6 +158,7 @@ class Command(BaseCommand):
             # worker can claim it), a lost one would leave it waiting for the sweeper's deadline.
             run_enqueue(run.pk)
         self.stdout.write(f"    baseline {baseline.name} on all six task types: run #{run.pk} ({run.status})")
+        return run
 
     def print_welcome(self, port: int, logs: Path) -> None:
         self.stdout.write("")
@@ -164,26 +168,32 @@ class Command(BaseCommand):
             self.stdout.write(f"    sign in as {username:<6} / {DEMO_PASSWORD}   ({what})")
         self.stdout.write("")
 
-    def follow(self, tickets: list[ReleaseTicket], timeout: int) -> None:
+    def follow(self, tickets: list[ReleaseTicket], timeout: int, fleet_run_id: int | None = None) -> None:
+        """One progress line for the evaluations (rewritten in place on a terminal) until every ticket is decided."""
         self.step("evaluating on vLLM-on-CPU (live progress also on the dashboard)")
+        # The raw stream: Django's wrapper would end every write with a newline.
+        progress = ProgressLine(cast(IO[str], self.stdout._out))
+        progress.start("evaluations")
         deadline = time.monotonic() + timeout
-        last: dict[int, str] = {}
         while time.monotonic() < deadline:
-            states = []
             for ticket in tickets:
                 ticket.refresh_from_db()
-                runs = [r for r in (ticket.baseline_run, ticket.candidate_run) if r is not None]
-                progress = ", ".join(
-                    f"{r.backend.name}: {r.status} {r.progress}% {r.phase}"
-                    for r in EvaluationRun.objects.filter(pk__in=[r.pk for r in runs]).select_related("backend")
+            sides = {t.pk: [r for r in (t.baseline_run_id, t.candidate_run_id) if r is not None] for t in tickets}
+            wanted = [r for ids in sides.values() for r in ids] + ([fleet_run_id] if fleet_run_id else [])
+            runs: dict[int, Run] = {
+                pk: (status, progress_pct, phase)
+                for pk, status, progress_pct, phase in EvaluationRun.objects.filter(pk__in=wanted).values_list(
+                    "pk", "status", "progress", "phase"
                 )
-                line = f"#{ticket.pk} {ticket.status}" + (f" — {progress}" if progress else "")
-                if last.get(ticket.pk) != line:
-                    self.stdout.write("    " + line)
-                    last[ticket.pk] = line
-                states.append(ticket.status)
-            if all(state in SETTLED for state in states):
+            }
+            items = [(f"#{t.pk}", str(t.status), [runs[r] for r in sides[t.pk] if r in runs]) for t in tickets]
+            if fleet_run_id in runs:
+                fleet = runs[fleet_run_id]
+                items.insert(0, (f"baseline run #{fleet_run_id}", fleet[0], [fleet]))
+            if all(t.status in SETTLED for t in tickets):
+                progress.done(evaluation_text(items))
                 return
+            progress.update(evaluation_text(items))
             if self.processes.any_stopped():
                 raise CommandError("a worker or the web server stopped; see the logs under var/logs")
             time.sleep(5)
