@@ -33,6 +33,9 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "request_success": ("vllm:request_success",),
 }
 KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+# Requests the scheduler holds back because the KV cache has no room for them: vLLM v1 admits what
+# fits rather than preempting, so under KV pressure this, not preemptions, is what rises.
+KV_WAITING_GAUGE = ("vllm:num_requests_waiting_by_reason", ("reason", "capacity"))
 # The engine's cache configuration as an info gauge: its labels carry the KV blocks and their size.
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 # Percentiles read from the engine's histogram buckets over a window (Prometheus'
@@ -129,6 +132,11 @@ class MetricsSnapshot:
             if values:
                 return max(values)
         return None
+
+    def gauge_labelled(self, name: str, label: tuple[str, str]) -> float | None:
+        """The largest value of a gauge over the label sets carrying ``label`` (name, value)."""
+        values = [v for (n, labels), v in self.samples.items() if n == name and label in labels]
+        return max(values) if values else None
 
     def buckets(self, name: str) -> dict[float, float]:
         """A histogram's cumulative bucket counts ``{upper bound: count}``, summed over label sets."""

@@ -29,6 +29,7 @@ import httpx
 
 from evaluators.engine_metrics import (
     KV_USAGE_GAUGES,
+    KV_WAITING_GAUGE,
     MetricsSnapshot,
     counter_rates,
     derive_engine_evidence,
@@ -220,12 +221,14 @@ def _weighted_mean(per_block: Sequence[dict[str, float | None]], key: str) -> fl
 
 
 class KvSampler:
-    """Reads the KV-cache usage gauge every ``interval_s`` while a block runs: peak and time-weighted mean."""
+    """Reads the KV-cache usage gauge every ``interval_s`` while a block runs (peak and time-weighted
+    mean), and how many requests waited for room in the cache (peak)."""
 
     def __init__(self, base_url: str, interval_s: float = KV_SAMPLE_INTERVAL_S) -> None:
         self.base_url = base_url
         self.interval_s = interval_s
         self.samples: list[tuple[float, float]] = []
+        self.waiting: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -233,11 +236,15 @@ class KvSampler:
         with httpx.Client(timeout=2.0) as client:
             while not self._stop.is_set():
                 try:
-                    usage = scrape_metrics(self.base_url, client=client).gauge_max(*KV_USAGE_GAUGES)
+                    snapshot = scrape_metrics(self.base_url, client=client)
                 except Exception:  # a missed sample is no evidence either way
-                    usage = None
+                    snapshot = None
+                usage = snapshot.gauge_max(*KV_USAGE_GAUGES) if snapshot else None
                 if usage is not None:
                     self.samples.append((time.monotonic(), usage))
+                waiting = snapshot.gauge_labelled(*KV_WAITING_GAUGE) if snapshot else None
+                if waiting is not None:
+                    self.waiting.append(waiting)
                 self._stop.wait(self.interval_s)
 
     def __enter__(self) -> KvSampler:
@@ -249,14 +256,16 @@ class KvSampler:
         self._thread.join(timeout=5)
 
     def result(self) -> dict[str, float | None]:
+        waiting = {"kv_waiting_peak": max(self.waiting) if self.waiting else None}
         if not self.samples:
-            return {"kv_cache_usage_peak": None, "kv_cache_usage_time_weighted_mean": None}
+            return {"kv_cache_usage_peak": None, "kv_cache_usage_time_weighted_mean": None, **waiting}
         peak = max(u for _, u in self.samples)
         if len(self.samples) == 1:
-            return {"kv_cache_usage_peak": peak, "kv_cache_usage_time_weighted_mean": self.samples[0][1]}
+            return {"kv_cache_usage_peak": peak, "kv_cache_usage_time_weighted_mean": self.samples[0][1], **waiting}
         area = sum((t1 - t0) * u0 for (t0, u0), (t1, _) in zip(self.samples, self.samples[1:], strict=False))
         span = self.samples[-1][0] - self.samples[0][0]
-        return {"kv_cache_usage_peak": peak, "kv_cache_usage_time_weighted_mean": area / span if span > 0 else peak}
+        mean = area / span if span > 0 else peak
+        return {"kv_cache_usage_peak": peak, "kv_cache_usage_time_weighted_mean": mean, **waiting}
 
 
 def reset_prefix_cache(base_url: str) -> bool:

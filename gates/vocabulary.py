@@ -20,6 +20,7 @@ PERFORMANCE_METRICS = (
     "goodput",
     "peak_kv_cache_usage",
     "preemptions",
+    "kv_capacity_waits",
     "max_concurrency",
     "prefix_cache_hit_rate",
     "spec_decode_acceptance_rate",

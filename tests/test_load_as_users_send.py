@@ -249,3 +249,40 @@ def test_a_queue_even_the_open_loop_point_did_not_build_is_inconclusive_and_says
     bare = judge_task(policy, TaskEvidence("knowledge_qa", calm, calm), role="beneficiary", bottleneck="queueing")
     reason = next(v for v in bare.metrics if v.metric == "bottleneck:queueing").reason
     assert "stress profile: open-loop (Poisson) arrivals" in reason
+
+
+def test_requests_held_back_for_kv_room_are_read_from_the_labelled_gauge() -> None:
+    text = (
+        "# TYPE vllm:num_requests_waiting_by_reason gauge\n"
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3.0\n'
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 7.0\n'
+    )
+    snapshot = MetricsSnapshot.from_text(text)
+    assert snapshot.gauge_labelled("vllm:num_requests_waiting_by_reason", ("reason", "capacity")) == 3.0
+    assert snapshot.gauge_labelled("vllm:num_requests_waiting_by_reason", ("reason", "other")) is None
+
+
+def _kv_side(**engine: float) -> RunTaskEvidence:
+    base = _side(queue_p95=1.0, queue_mean=0.1, ttft=50.0)
+    from dataclasses import replace
+
+    return replace(base, engine={"preemptions": 0.0, "kv_cache_usage_peak": 0.5, **engine})
+
+
+def test_a_kv_memory_claim_is_judged_on_the_first_signal_that_moved() -> None:
+    """vLLM v1 holds requests back rather than preempting them: preemptions stay 0 on both sides and
+    say nothing, so the verdict reads the requests that waited for KV room."""
+    policy = load_policy("default")
+    evidence = TaskEvidence(
+        "knowledge_qa",
+        _kv_side(kv_waiting_peak=6.0, kv_cache_usage_peak=0.87),
+        _kv_side(kv_waiting_peak=0.0, kv_cache_usage_peak=0.4),
+    )
+    verdict = judge_task(policy, evidence, role="beneficiary", bottleneck="kv_memory")
+    kv = next(v for v in verdict.metrics if v.source == "bottleneck:kv_memory")
+    assert kv.metric == "kv_capacity_waits" and kv.status == "pass", kv.reason
+    # Nothing waited, nothing preempted, the cache never near full: not exercised, not a failure.
+    calm = TaskEvidence("knowledge_qa", _kv_side(kv_waiting_peak=0.0), _kv_side(kv_waiting_peak=0.0))
+    idle = judge_task(policy, calm, role="beneficiary", bottleneck="kv_memory")
+    kv = next(v for v in idle.metrics if v.source == "bottleneck:kv_memory")
+    assert kv.status == "inconclusive" and "held one back for KV room" in kv.reason

@@ -6,7 +6,7 @@ scenarios, each asserting its outcome.
 * a candidate with a context cut (``max_model_len`` below the long-context prompts) and
   ``max_num_seqs: 1`` (two planted faults in one engine pair, to spend one engine start):
   the long-context task fails on refused requests, counted as failed samples — not a run error —
-  and the fitting task is still judged, failing its goodput / tail-latency guardrail;
+  and the fitting risk task is still judged, failing its goodput guardrail;
 * a prefix cache on a workload with no shared prefix hits nothing and gains nothing, and the
   KV-memory bottleneck it might claim is "not exercised", naming the stress profile;
 * a larger KV cache relieves a claimed kv_memory bottleneck under its stress profile (long
@@ -164,7 +164,7 @@ def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_pr
     assert evidence.cand.engine["max_concurrency"] == pytest.approx(4 * evidence.base.engine["max_concurrency"])
     squeezed = evidence.base.stress
     assert squeezed is not None
-    assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_cache_usage_peak"] >= 0.9
+    assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_waiting_peak"] > 0, squeezed.engine
     verdict = judge_task(POLICY, evidence, role="beneficiary", bottleneck="kv_memory")
     kv = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
     assert kv.status == "pass", kv.reason
@@ -189,16 +189,17 @@ def test_a_context_cut_fails_the_long_task_on_refusals_and_the_fitting_task_is_s
         cut,
         base_run,
         cand_run,
-        beneficiary_tasks=tasks("code_assistant"),
-        risk_tasks=tasks("knowledge_qa"),
+        beneficiary_tasks=tasks("knowledge_qa"),
+        risk_tasks=tasks("code_assistant"),
     )
     decision = decisions.decision_make(ticket=ticket)
     assert decision.outcome == DecisionOutcome.REJECT, decision.reasons
     assert decision.verdicts["knowledge_qa"]["status"] == "fail"
     fitting = {m["metric"]: m for m in decision.verdicts["code_assistant"]["metrics"] if m["kind"] == "guardrail"}
     assert fitting["pass_rate"]["status"] == "pass"  # judged, and its answers are the baseline's
-    # max_num_seqs: 1 at concurrency 4: requests queue, so the tail and the SLOs break.
-    assert "fail" in {fitting["goodput"]["status"], fitting["ttft_p95"]["status"]}, decision.reasons
+    # max_num_seqs: 1 at concurrency 4: requests wait for one another, so the risk task's share of
+    # requests within its SLOs (TTFT 1 s) collapses: its goodput guardrail fails.
+    assert fitting["goodput"]["status"] == "fail", fitting["goodput"]["reason"]
 
 
 def test_an_engine_that_cannot_start_is_an_error_decision_with_its_root_cause(kit_backend: Any, erin: User) -> None:

@@ -162,16 +162,29 @@ def not_exercised(bottleneck: str, ev: TaskEvidence) -> str | None:
         peaks = [side.get("kv_cache_usage_peak") for side in sides]
         if None in preempted or any(preempted) or None in peaks:
             return None
+        if any(side.get("kv_waiting_peak") for side in sides):
+            return None  # requests waited for room in the cache: the bottleneck was met
         peak = max(float(p) for p in peaks if p is not None)
         if peak >= KV_PRESSURE:
             return None
-        return f"neither side preempted a request and KV-cache use peaked at {peak:.0%}"
+        return f"neither side preempted a request or held one back for KV room, and KV-cache use peaked at {peak:.0%}"
     if bottleneck == "queueing":
         waits = [side.get("engine_queue_mean_ms") for side in sides]
         if None in waits or max(float(w) for w in waits if w is not None) >= QUEUE_FLOOR_MS:
             return None
         return f"requests waited {max(float(w) for w in waits if w is not None):.1f} ms at most on average in the queue"
     return None
+
+
+def _telling_metric(metrics: Sequence[str], ev: TaskEvidence) -> str:
+    """The first of ``metrics`` both sides measured and that moved on either side (an engine count
+    that stayed 0 on both, like preemptions vLLM v1 avoids, says nothing); else the first measured."""
+    measured = [m for m in metrics if has_evidence(metric_spec(m), ev)]
+    for metric in measured:
+        spec = metric_spec(metric)
+        if spec.family != "engine" or ev.base.engine.get(spec.field) or ev.cand.engine.get(spec.field):
+            return metric
+    return measured[0] if measured else metrics[0]
 
 
 def bottleneck_verdict(
@@ -228,7 +241,7 @@ def bottleneck_verdict(
             ),
             source=f"bottleneck:{bottleneck}",
         )
-    metric = next((m for m in rule.metrics if has_evidence(metric_spec(m), ev)), rule.metrics[0])
+    metric = _telling_metric(rule.metrics, ev)
     r = _improvement_rule(
         metric,
         f"{metric_spec(metric).label} (targeted {bottleneck} bottleneck)",

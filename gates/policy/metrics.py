@@ -60,6 +60,10 @@ _SPECS: tuple[MetricSpec, ...] = (
     # Sampled while the load ran (``evaluators.interleave.KvSampler``), not read once at the end.
     MetricSpec("peak_kv_cache_usage", "engine", "peak KV-cache usage", False, field="kv_cache_usage_peak"),
     MetricSpec("preemptions", "engine", "preemptions", False, field="preemptions"),
+    # Peak number of requests the scheduler held back for want of KV-cache room (sampled under load).
+    MetricSpec(
+        "kv_capacity_waits", "engine", "requests waiting for KV-cache room (peak)", False, field="kv_waiting_peak"
+    ),
     MetricSpec("max_concurrency", "engine", "max concurrency", True, field="max_concurrency"),
     MetricSpec("prefix_cache_hit_rate", "engine", "prefix-cache hit rate", True, field="prefix_cache_hit_rate"),
     MetricSpec(
