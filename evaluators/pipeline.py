@@ -197,6 +197,9 @@ def evaluate_task(
             workdir=Path(workdir),
         )
     outcome.quality = quality_summary(outcome.samples)
+    if profile.get("quality_only"):
+        # Answers only (e.g. a fleet baseline whose greedy outcomes later pairs reuse): no timing.
+        return outcome
     if on_phase:
         on_phase("load")
     sample_ids, requests = load_requests(suite, count=int(profile["requests_per_task"]), seed=int(profile["seed"]))

@@ -447,20 +447,26 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
 
 def _reusable_quality(run: EvaluationRun, task: str) -> tuple[int, list[pipeline.SampleOutcome]] | None:
     """Per-sample quality of ``task`` from the newest succeeded run of the same backend fingerprint,
-    engine version, hardware and profile on the same suite version: greedy decoding makes those
-    outcomes deterministic, so they are reused; timing never is."""
-    source = (
+    engine version, hardware and endpoint on the same suite version, asked with the same quality
+    concurrency: greedy decoding makes those outcomes deterministic, so they are reused whatever
+    load the other run measured (or none); timing never is."""
+    candidates = (
         TaskResult.objects.filter(
-            run__reuse_key=run.reuse_key,
+            run__backend__fingerprint=run.backend.fingerprint,
+            run__engine_version=run.engine_version,
+            run__hardware_class=run.hardware_class,
+            run__attach_base_url=run.attach_base_url,
             run__status=RunStatus.SUCCEEDED,
             task=task,
             suite_version=run.suite_versions.get(task, ""),
             error="",
         )
         .exclude(run=run)
+        .select_related("run")
         .order_by("-run__finished_at", "-run_id")
-        .first()
     )
+    concurrency = run.load_profile.get("quality_concurrency")
+    source = next((r for r in candidates[:20] if r.run.load_profile.get("quality_concurrency") == concurrency), None)
     if source is None:
         return None
     records = SampleRecord.objects.filter(run_id=source.run_id, task=task).order_by("sample_id")

@@ -334,3 +334,21 @@ def test_a_candidate_that_cannot_start_fails_its_run_as_start_failed_and_stops_t
     assert base_run.status == RunStatus.ERROR and base_run.error_kind == RunErrorKind.OTHER
     assert "candidate engine of its pair could not start" in base_run.error
     assert started.stopped
+
+
+@pytest.mark.django_db
+def test_answers_are_reused_across_load_profiles_but_not_across_quality_concurrency(baseline: Backend) -> None:
+    """Greedy answers depend on the engine and how lm-eval asked, not on the load measured after:
+    a fleet baseline that asked for answers only serves every pair of the same backend."""
+    answers, _ = services.run_request(
+        backend=baseline, tasks=["knowledge_qa"], load_profile={"quality_only": True, "open_loop_requests": 0}
+    )
+    EvaluationRun.objects.filter(pk=answers.pk).update(status=RunStatus.SUCCEEDED)
+    TaskResult.objects.create(run=answers, task="knowledge_qa", suite_version=answers.suite_versions["knowledge_qa"])
+    SampleRecord.objects.create(run=answers, task="knowledge_qa", sample_id="s1", passed=True, score=1.0)
+
+    pair_base, _ = services.pair_request(baseline=baseline, candidate=baseline, tasks=["knowledge_qa"])
+    reused = services._reusable_quality(pair_base, "knowledge_qa")
+    assert reused is not None and reused[0] == answers.pk
+    other, _ = services.run_request(backend=baseline, tasks=["knowledge_qa"], load_profile={"quality_concurrency": 1})
+    assert services._reusable_quality(other, "knowledge_qa") is None

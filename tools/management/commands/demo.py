@@ -146,12 +146,16 @@ class Command(BaseCommand):
         self.stdout.write(text)
 
     def measure_fleet_baseline(self, baseline: Backend) -> EvaluationRun:
-        """Queue one baseline run over every task type; each ticket's baseline then reuses it."""
+        """Queue one baseline run over every task type; each ticket's baseline then reuses its
+        answers (greedy, so deterministic). Interleaved pairs measure timing themselves, with both
+        engines up, so this run asks for answers only; sequential runs reuse the whole run."""
         from evaluators.services import run_request
         from evaluators.suites import SUITES
         from gates.services.evaluation import run_enqueue
 
         profile = dict(settings.OPTGATE_LOAD_PROFILE)
+        if settings.OPTGATE_INTERLEAVED:
+            profile["quality_only"] = True
         run, _ = run_request(backend=baseline, tasks=list(SUITES), load_profile=profile)
         if run.status == RunStatus.QUEUED:
             # Also after an interrupted demo: a second message for a queued run is harmless (only one
