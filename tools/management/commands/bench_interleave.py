@@ -45,6 +45,14 @@ class Command(BaseCommand):
         parser.add_argument("--task", default="code_assistant")
         parser.add_argument("--requests", type=int, default=DEFAULT_LOAD_PROFILE["requests_per_task"])
         parser.add_argument("--repeats", type=int, default=2)
+        parser.add_argument(
+            "--temperature",
+            type=float,
+            default=0.0,
+            help="sampling temperature sent with every request, as a backend's sampling params would "
+            "(0, greedy, as the demo fleet serves: both engines answer alike, so their timings compare; "
+            "above 0 the two engines' answers and lengths differ)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         kit = ensure_kit()
@@ -56,8 +64,13 @@ class Command(BaseCommand):
             engines = self._start_two(kit.path(BASE), kit.root, Path(tmp))
             start_s = time.monotonic() - started
             try:
-                a, b = (Endpoint(e.base_url, e.model) for e in engines)
-                self.stdout.write(f"task {suite.slug}, {len(requests)} requests per side, concurrency {concurrency}")
+                sampling = {"temperature": options["temperature"]}
+                a, b = (Endpoint(e.base_url, e.model, sampling=sampling) for e in engines)
+                requests = [a.prepare(r) for r in requests]
+                self.stdout.write(
+                    f"task {suite.slug}, {len(requests)} requests per side, concurrency {concurrency}, "
+                    f"temperature {options['temperature']:g}"
+                )
                 self.stdout.write(f"two engines up in {start_s:.0f} s (started together)")
                 widths: dict[str, list[float]] = {"sequential": [], "interleaved": []}
                 load_s: list[float] = []
@@ -69,7 +82,7 @@ class Command(BaseCommand):
                     sequential = ([vars(r) for r in first.records], [vars(r) for r in second.records])
                     load, indexes = measure_interleaved(
                         {BASELINE: a, CANDIDATE: b}, requests, concurrency=concurrency, seed=0
-                    )
+                    )  # prepare() again is a no-op: the sampling params are already on the requests
                     interleaved = (load.records(BASELINE, indexes), load.records(CANDIDATE, indexes))
                     for way, (base, cand) in (("sequential", sequential), ("interleaved", interleaved)):
                         for key, stat in METRICS:
