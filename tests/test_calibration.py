@@ -15,6 +15,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from backends.models import Backend
 from core.errors import InvalidInput, NotAllowed
@@ -27,13 +29,15 @@ from gates.selectors.summary import decision_summary, numbers_text
 from gates.services import decisions
 from gates.services.calibration import calibration_finish, calibration_request, calibrations_finish_for_run
 from ledger.models import LedgerEntry
-from tests.factories import captured_tasks, evaluating_ticket, store_run, task_spec
+from tests.factories import captured_tasks, evaluating_ticket, store_run, task_spec, tasks
 from tests.ui_helpers import client_for
 from workers import sweeper
 
 pytestmark = pytest.mark.django_db
 
 N = 60
+# What a copy of a calibration takes over (the backend page's query-count test adds copies).
+COPIED = ("backend", "fingerprint", "engine_version", "hardware_class", "tasks", "baseline_run", "candidate_run")
 
 
 def _store_side(run: EvaluationRun, task: str, *, jitter_seed: int, flips: int = 0) -> None:
@@ -240,14 +244,8 @@ def _calibrated_ticket(erin: User, baseline: Backend, candidate: Backend, floor:
         floors={"knowledge_qa": {"ttft_p50": floor, "ttft_p95": floor}},
     )
     return evaluating_ticket(
-        erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=_tasks("knowledge_qa"), risk_tasks=[]
+        erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=tasks("knowledge_qa"), risk_tasks=[]
     )
-
-
-def _tasks(*slugs: str) -> list[Any]:
-    from tests.factories import tasks
-
-    return tasks(*slugs)
 
 
 def test_the_decision_does_not_count_a_benefit_inside_the_baselines_floor(
@@ -315,6 +313,20 @@ def test_the_backend_page_shows_the_floors_and_the_button(finished: Calibration,
     e2e = finished.floors["code_assistant"]["e2e_p50"]
     assert f"±{e2e * 100:.1f}%" in page
     assert "Calibrate (A/A)" in page
+
+
+def test_the_backend_page_reads_its_calibrations_in_a_fixed_number_of_queries(
+    finished: Calibration, baseline: Backend, erin: User
+) -> None:
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client_for(erin).get(f"/backends/{baseline.name}/").status_code == 200
+        return len(captured)
+
+    one = queries()
+    for _ in range(3):
+        Calibration.objects.create(**{f: getattr(finished, f) for f in COPIED}, status=CalibrationStatus.FINISHED)
+    assert queries() == one
 
 
 def test_the_button_asks_for_a_calibration(baseline: Backend, erin: User, rita: User) -> None:

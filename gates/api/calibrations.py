@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from backends.models import Backend
 from backends.selectors import backend_get
 from core.api import StrictInputSerializer
-from gates.selectors.calibrations import backend_calibrations, calibration_row
+from gates.selectors.calibrations import backend_calibrations, calibration_row, current_calibration
 from gates.services.calibration import calibration_request
 
 
@@ -74,7 +74,7 @@ def backend_calibrate(request: Request, name: str) -> Response:
     body = CalibrateInputSerializer(data=request.data)
     body.is_valid(raise_exception=True)
     calibration = calibration_request(backend=backend, actor=request.user, **body.validated_data)
-    row = calibration_row(calibration, backend).to_dict()
+    row = calibration_row(calibration, backend, current_calibration(backend)).to_dict()
     return Response(CalibrationSerializer(row).data, status=status.HTTP_202_ACCEPTED)
 
 

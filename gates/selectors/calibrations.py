@@ -98,8 +98,9 @@ def _same_serving(a: Backend, b: Backend) -> bool:
     )
 
 
-def calibration_row(calibration: Calibration, backend: Backend) -> CalibrationRow:
-    """``calibration`` read for ``backend``: current, expired (and why), measuring or failed."""
+def calibration_row(calibration: Calibration, backend: Backend, current: Calibration | None) -> CalibrationRow:
+    """``calibration`` read for ``backend`` (whose current calibration is ``current``): current,
+    expired (and why), measuring or failed."""
     if calibration.status == CalibrationStatus.MEASURING:
         return CalibrationRow(calibration, "measuring", "its two engines are being measured")
     if calibration.status == CalibrationStatus.FAILED:
@@ -107,10 +108,8 @@ def calibration_row(calibration: Calibration, backend: Backend) -> CalibrationRo
     why = calibration_expiry(calibration, backend)
     if calibration.backend_id != backend.pk and not why:
         why = f"measured on backend {calibration.backend.name}"
-    if not why:
-        current = current_calibration(backend)
-        if current is not None and current.pk != calibration.pk:
-            why = f"superseded by calibration #{current.pk}"
+    if not why and current is not None and current.pk != calibration.pk:
+        why = f"superseded by calibration #{current.pk}"
     return CalibrationRow(calibration, "expired" if why else "current", why)
 
 
@@ -121,4 +120,5 @@ def backend_calibrations(backend: Backend, *, limit: int = 10) -> list[Calibrati
         backend__model_id=backend.model_id, backend__model_revision=backend.model_revision
     ).select_related("backend", "requested_by")[: limit * 4]
     related = [c for c in candidates if c.backend_id == backend.pk or _same_serving(c.backend, backend)]
-    return [calibration_row(c, backend) for c in related[:limit]]
+    current = current_calibration(backend)
+    return [calibration_row(c, backend, current) for c in related[:limit]]
