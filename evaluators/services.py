@@ -508,7 +508,9 @@ def _execute_pair_tasks(
         if cancelled():
             raise RunCancelled("cancel requested")
         task_started = time.monotonic()
-        reused = _reusable_quality(runs[BASELINE], slug)
+        # An A/A calibration answers on both sides afresh ("reuse_quality": false in its profile).
+        reuse = runs[BASELINE].load_profile.get("reuse_quality", True)
+        reused = _reusable_quality(runs[BASELINE], slug) if reuse else None
 
         def on_phase(phase: str, k: int = k, slug: str = slug) -> None:
             offset = share / 2 if phase.startswith("load") else 0

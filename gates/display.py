@@ -186,6 +186,17 @@ def interval(metric: str, bounds: Any) -> str:
     return f"{_change_number(comparison, low)} to {_change_number(comparison, high)}{unit}"
 
 
+def noise_floor(metric: str, floor: Any) -> str:
+    """An A/A noise floor in the unit of the metric's change: "±3.1%" (ratios), "±2.0 pts" (rates)."""
+    v = _finite(floor)
+    if v is None:
+        return MISSING
+    comparison = _comparison(metric.removeprefix("open_loop:"))
+    if comparison == "difference":
+        return f"±{v:.3f}"
+    return f"±{v * 100:.1f}" + ("%" if comparison == "ratio" else " pts")
+
+
 def metric_display(metric: dict[str, Any]) -> dict[str, str]:
     """What people read of one stored metric verdict (``MetricVerdict.to_dict()``)."""
     name = str(metric.get("metric", ""))
@@ -196,4 +207,32 @@ def metric_display(metric: dict[str, Any]) -> dict[str, str]:
         "change": change(name, metric.get("effect")),
         "interval": interval(name, metric.get("interval")),
         "samples": f"{metric['n']:,}" if isinstance(metric.get("n"), int) else MISSING,
+        # The backend's A/A calibration: how far two identical engines already differ on it.
+        "noise_floor": noise_floor(name, (metric.get("details") or {}).get("noise_floor")),
     }
+
+
+# The A/A floors a calibration's table shows (every floor is stored; the API lists them all).
+FLOOR_COLUMNS = ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50", "e2e_p95", "output_throughput", "goodput")
+
+
+def calibration_rows(
+    tasks: list[str], floors: dict[str, Any], discordance: dict[str, Any], task_errors: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Per task of a calibration: the share of samples its two sides disagreed on and the floors of
+    ``FLOOR_COLUMNS`` as people read them, or why the task has none."""
+    rows = []
+    for task in tasks:
+        counted = discordance.get(task) or {}
+        rate = _finite(counted.get("rate"))
+        share = MISSING if rate is None else f"{rate:.1%} ({counted.get('discordant')}/{counted.get('paired')})"
+        by_metric = floors.get(task) or {}
+        rows.append(
+            {
+                "task": task,
+                "error": task_errors.get(task, ""),
+                "discordance": share,
+                "floors": [noise_floor(m, by_metric.get(m)) for m in FLOOR_COLUMNS],
+            }
+        )
+    return rows

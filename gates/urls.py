@@ -27,6 +27,7 @@ urlpatterns = [
     path("backends/", backends.backend_index, name="backends"),
     path("backends/new/", backends.backend_new, name="backend-new"),
     path("backends/<slug:name>/", backends.backend_detail, name="backend"),
+    path("backends/<slug:name>/calibrate/", backends.backend_calibrate, name="backend-calibrate"),
     path("ledger/", ledger_views.ledger_index, name="ledger"),
     path("ledger/verify/", ledger_views.ledger_verify_view, name="ledger-verify"),
 ]

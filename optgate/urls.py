@@ -9,7 +9,7 @@ from accounts.api import ApiTokenViewSet
 from accounts.api_roles import PersonViewSet
 from accounts.views import RateLimitedLoginView
 from backends.api import BackendViewSet
-from gates.api import integrations
+from gates.api import calibrations, integrations
 from gates.api.policies import PolicyViewSet
 from gates.api.reviews import ReviewViewSet
 from gates.api.routes import RouteViewSet
@@ -48,6 +48,13 @@ urlpatterns = [
         "api/v1/integrations/github/deployment-protection/",
         integrations.github_deployment_protection,
         name="github-deployment-protection",
+    ),
+    # Ahead of the router: a backend's calibrations, by its name.
+    path("api/v1/backends/<slug:name>/calibrate/", calibrations.backend_calibrate, name="backend-calibrate"),
+    path(
+        "api/v1/backends/<slug:name>/calibrations/",
+        calibrations.backend_calibration_list,
+        name="backend-calibrations",
     ),
     path("api/v1/", include(router.urls)),
     path("metrics", metrics_view, name="metrics"),

@@ -100,4 +100,5 @@ def test_a_stored_metric_verdict_reads_as_one_display_block() -> None:
         "change": "−10.0 pts",
         "interval": "−14.9 to −6.6 pts",
         "samples": "1,200",
+        "noise_floor": "—",
     }

@@ -121,6 +121,8 @@ MATRIX: tuple[Row, ...] = (
     row("backend-list",                 "GET",   "-",         "401   200   200   200   200   200"),
     row("backend-list",                 "POST",  "-",         "401   403   201   201   403   201"),
     row("backend-detail",               "GET",   "backend",   "401   200   200   200   200   200"),
+    row("backend-calibrate",            "POST",  "backend",   "401   403   202   202   403   202"),
+    row("backend-calibrations",         "GET",   "backend",   "401   200   200   200   200   200"),
     row("ticket-list",                  "GET",   "draft",     "401   200   200   200   200   200"),
     row("ticket-list",                  "POST",  "-",         "401   403   201   201   403   201"),
     row("ticket-detail",                "GET",   "draft",     "401   200   200   200   200   200"),
@@ -218,6 +220,7 @@ MATRIX: tuple[Row, ...] = (
     row("ui:backend-new",               "GET",   "-",         "login 403   200   200   403   200"),
     row("ui:backend-new",               "POST",  "-",         "login 403   302   302   403   302"),
     row("ui:backend",                   "GET",   "backend",   "login 200   200   200   200   200"),
+    row("ui:backend-calibrate",         "POST",  "backend",   "login 403   302   302   403   302"),
     row("ui:ledger",                    "GET",   "entry",     "login 200   200   200   200   200"),
     row("ui:ledger-verify",             "GET",   "entry",     "login 200   200   200   200   200"),
 )
@@ -233,6 +236,9 @@ PATHS = {
     "argo-verdict": "/api/v1/integrations/argo/verdict/?backend={name}",
     "password_reset_confirm": "/accounts/reset/MQ/bad-token/",
     "ui:backend": "/backends/{name}/",
+    "ui:backend-calibrate": "/backends/{name}/calibrate/",
+    "backend-calibrate": "/api/v1/backends/{name}/calibrate/",
+    "backend-calibrations": "/api/v1/backends/{name}/calibrations/",
     "user-detail": "/api/v1/users/{name}/",
     "user-grant": "/api/v1/users/{name}/grant/",
     "user-revoke": "/api/v1/users/{name}/revoke/",
@@ -461,6 +467,8 @@ def _api_ticket(world: World) -> dict[str, Any]:
 Body = Callable[[World, Any], dict[str, Any]]
 BODIES: dict[str, Body] = {
     "backend-list POST": lambda w, _: backend_fields(w.model_root, "kit-api", model_revision="r-api"),
+    "backend-calibrate POST": lambda w, _: {"tasks": ["code_assistant"]},
+    "ui:backend-calibrate POST": lambda w, _: {"tasks": ["code_assistant"]},
     "ticket-list POST": lambda w, _: _api_ticket(w),
     "ticket-detail PATCH": lambda w, _: {"title": "Renamed"},
     "ticket-request-evidence POST": lambda w, _: {"reason": "run 200 more samples"},

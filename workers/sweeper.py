@@ -9,7 +9,8 @@
 - a submitted ticket nobody fanned out is dispatched; an evaluating ticket whose runs are all
   finished is checked (judged) again;
 - a backend whose engine-argument check is still pending well after registration (its message
-  was lost) is sent to the check again.
+  was lost) is sent to the check again;
+- an A/A calibration whose two runs have finished gets its noise floors.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from backends.models import ArgsCheckStatus, EngineArgsCheck
 from backends.vllm_check import CHECK_TIMEOUT_S
 from core import queue
 from evaluators import services as run_services
-from evaluators.models import EvaluationRun, RunStatus
-from gates.models import ReleaseTicket, TicketStatus
+from evaluators.models import FINISHED_STATUSES, EvaluationRun, RunStatus
+from gates.models import Calibration, CalibrationStatus, ReleaseTicket, TicketStatus
+from gates.services.calibration import calibration_finish
 from gates.services.evaluation import awaits_fresh_runs, run_enqueue
 from workers import services
 
@@ -49,6 +51,7 @@ class SweepReport:
     dispatched: list[int] = field(default_factory=list)
     checked: list[int] = field(default_factory=list)
     args_checks: list[int] = field(default_factory=list)
+    calibrated: list[int] = field(default_factory=list)
 
 
 def sweep(*, now: datetime | None = None) -> SweepReport:
@@ -92,12 +95,20 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
         elif all(run is not None and run.is_finished for run in runs):
             queue.enqueue(queue.CHECK_TICKET, ticket.pk)
             report.checked.append(ticket.pk)
+    # A calibration whose pair ended while its worker's hook did not run gets its floors here.
+    for calibration_id in Calibration.objects.filter(
+        status=CalibrationStatus.MEASURING,
+        baseline_run__status__in=FINISHED_STATUSES,
+        candidate_run__status__in=FINISHED_STATUSES,
+    ).values_list("pk", flat=True):
+        calibration_finish(calibration_id=calibration_id)
+        report.calibrated.append(calibration_id)
     lost_checks = EngineArgsCheck.objects.filter(
         status=ArgsCheckStatus.PENDING, created_at__lte=now - ARGS_CHECK_GRACE
     ).values_list("backend_id", flat=True)
     for backend_id in lost_checks:
         queue.enqueue(queue.CHECK_BACKEND_ARGS, backend_id)  # the check returns quietly once done
         report.args_checks.append(backend_id)
-    if any((report.resent, report.requeued, report.failed, report.dispatched, report.args_checks)):
+    if any((report.resent, report.requeued, report.failed, report.dispatched, report.args_checks, report.calibrated)):
         logger.info("sweep: %s", report)
     return report

@@ -18,7 +18,7 @@ from django.db import OperationalError, close_old_connections
 from backends.services import backend_args_check
 from backends.vllm_check import CHECK_TIMEOUT_S
 from core import queue
-from gates.services import evaluation, github, reviews
+from gates.services import calibration, evaluation, github, reviews
 from gates.services.notifications import TransientDeliveryError, notification_deliver
 from ledger import checkpoints
 from workers import services, sweeper
@@ -41,11 +41,13 @@ TRANSIENT = (OperationalError,)
     max_retries=5,
 )
 def evaluate_run(self: Any, run_id: int) -> None:
-    """Execute one evaluation run on this GPU worker, then ask its tickets to check completion."""
+    """Execute one evaluation run on this GPU worker, then ask its tickets to check completion and
+    compute the noise floors of an A/A calibration it measured."""
     run = services.run_execute_task(run_id=run_id, nodename=self.request.hostname or "celery@localhost")
     if run is not None and run.is_finished:
         for ticket_id in evaluation.tickets_for_run(run_id):
             check_ticket.delay(ticket_id)
+        calibration.calibrations_finish_for_run(run_id=run_id)
 
 
 @shared_task(

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gates.judge.noise import NoiseFloor
 from gates.judge.verdicts import MetricVerdict, TaskEvidence, TaskVerdict, judge_task
 from gates.policy.rules import Policy
 
@@ -202,8 +203,12 @@ def evaluate(
     beneficiary_tasks: Sequence[str],
     risk_tasks: Sequence[str],
     seed: int | None = None,
+    noise: Mapping[str, NoiseFloor] | None = None,
 ) -> Decision:
-    """Judge every task's evidence with its role, then decide (the one call services need)."""
+    """Judge every task's evidence with its role, then decide (the one call services need).
+
+    ``noise`` holds the baseline's A/A noise floors by task, where a current calibration has them.
+    """
     verdicts = [
         judge_task(
             policy,
@@ -212,6 +217,7 @@ def evaluate(
             mechanisms=mechanisms,
             bottleneck=bottleneck,
             seed=seed,
+            noise=(noise or {}).get(item.task),
         )
         for item in evidence
     ]

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from gates.judge.metric_judge import has_evidence, judge_metric
+from gates.judge.noise import LOAD_POINT
 from gates.judge.records import MetricVerdict, TaskEvidence, unmeasured_verdict
 from gates.judge.rules import Rule, min_samples_for
 from gates.judge.wording import pct
@@ -250,4 +251,9 @@ def bottleneck_verdict(
         task_policy,
         f"bottleneck:{bottleneck}",
     )
-    return judge_metric(r, ev, task_policy, seed=seed, n_boot=policy.n_boot)
+    verdict = judge_metric(r, ev, task_policy, seed=seed, n_boot=policy.n_boot)
+    if not stressed:
+        return verdict
+    # Measured at a stress point, not the closed loop: its A/A noise floor is that point's own.
+    measured_at = "open_loop" if bottleneck == "queueing" else "stress"
+    return replace(verdict, details={**verdict.details, LOAD_POINT: measured_at})

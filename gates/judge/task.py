@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from gates.judge.mechanisms import bottleneck_verdict, mechanism_verdicts
 from gates.judge.metric_judge import judge_metric
+from gates.judge.noise import NoiseFloor, apply_noise_floor
 from gates.judge.records import (
     ENGINE_START,
     Kind,
@@ -76,6 +77,7 @@ def judge_task(
     bottleneck: str | None = None,
     *,
     seed: int | None = None,
+    noise: NoiseFloor | None = None,
 ) -> TaskVerdict:
     """Judge every metric the policy names for one task, plus mechanism and bottleneck rules.
 
@@ -83,6 +85,8 @@ def judge_task(
     decide only for beneficiary tasks (that is where the benefit is promised). Quality guardrails
     of tasks listed under an active quantization mechanism become critical. Client-timed checks
     are inconclusive when the runs' delivery delays differ too much to compare (``validity``).
+    With ``noise`` (the baseline's current A/A calibration of this task) each verdict shows its
+    noise floor, and a promised improvement inside it is not counted as a benefit (``noise``).
     """
     task = evidence.task
     task_policy = policy.task(task)
@@ -117,7 +121,7 @@ def judge_task(
         if bottleneck:
             verdicts.append(bottleneck_verdict(policy, evidence, task_policy, bottleneck, base_seed))
     verdicts = judge_comparability(verdicts, evidence, policy.measurement.max_delivery_shift_ms)
-    verdicts = [_with_drift(v, evidence) for v in verdicts]
+    verdicts = [apply_noise_floor(_with_drift(v, evidence), noise) for v in verdicts]
     return TaskVerdict(
         task=task,
         role=role,

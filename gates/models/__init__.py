@@ -1,5 +1,6 @@
 """The gates app's models, one module per part of the domain; imported here so Django finds them."""
 
+from gates.models.calibrations import Calibration, CalibrationStatus
 from gates.models.decisions import (
     DecisionOutcome,
     EvidenceAcceptance,
@@ -27,6 +28,8 @@ from gates.models.tickets import (
 __all__ = [
     "TRANSITIONS",
     "Bottleneck",
+    "Calibration",
+    "CalibrationStatus",
     "DecisionOutcome",
     "EvidenceAcceptance",
     "GateDecision",

@@ -68,12 +68,14 @@ def _findings(verdicts: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def numbers_text(numbers: list[dict[str, Any]]) -> str:
-    """A task's deciding numbers in one line: "Pass rate 91.0% → 81.0% (−10.0 pts, CI −14.9 to −6.6 pts)"."""
+    """A task's deciding numbers in one line: "Pass rate 91.0% → 81.0% (−10.0 pts, CI −14.9 to −6.6 pts)",
+    with ", A/A noise ±1.0 pts" where the baseline's calibration gave the metric a noise floor."""
     parts = []
     for n in numbers:
         text = f"{n['label']} {n['baseline']} → {n['candidate']}"
         if n["change"] != "—":
-            text += f" ({n['change']}" + (f", CI {n['interval']}" if n["interval"] != "—" else "") + ")"
+            text += f" ({n['change']}" + (f", CI {n['interval']}" if n["interval"] != "—" else "")
+            text += (f", A/A noise {n['noise_floor']}" if n.get("noise_floor", "—") != "—" else "") + ")"
         parts.append(text)
     return "; ".join(parts) or "—"
 

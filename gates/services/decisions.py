@@ -24,6 +24,7 @@ from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketSta
 from gates.policy.parse import load_policy
 from gates.policy.rules import Policy, PolicyError
 from gates.prefix_cache import prefix_cache_findings
+from gates.selectors.calibrations import calibration_noise
 from gates.selectors.decisions import decision_current
 from gates.selectors.evidence import run_task_evidence
 from gates.services.tickets import ticket_transition_within
@@ -78,7 +79,8 @@ def decision_judge(*, ticket: ReleaseTicket, policy: Policy, seed: int | None = 
     """Judge the ticket's stored runs under ``policy``; stores nothing and moves nothing.
 
     A failed run or a task missing from a run reaches the judge as an error, which yields
-    ``needs_evidence``: an engine failure is never counted against the candidate.
+    ``needs_evidence``: an engine failure is never counted against the candidate. The baseline's
+    current A/A calibration, where there is one, gives each verdict its noise floor.
     """
     baseline_run, candidate_run = _runs_checked(ticket)
     beneficiary = [t.slug for t in ticket.beneficiary_tasks.all()]
@@ -96,6 +98,7 @@ def decision_judge(*, ticket: ReleaseTicket, policy: Policy, seed: int | None = 
         beneficiary_tasks=beneficiary,
         risk_tasks=risk,
         seed=used_seed,
+        noise=calibration_noise(ticket.baseline),
     )
     warnings = tuple(prefix_cache_findings(ticket=ticket))
     return Judgement(decision, warnings, baseline_run, candidate_run, used_seed)
