@@ -197,3 +197,15 @@ def metric_display(metric: dict[str, Any]) -> dict[str, str]:
         "interval": interval(name, metric.get("interval")),
         "samples": f"{metric['n']:,}" if isinstance(metric.get("n"), int) else MISSING,
     }
+
+
+def duration(seconds: Any) -> str:
+    """Engine time, rounded to what a plan can promise: "45 s", "16 min", "2.5 h"."""
+    s = _finite(seconds)
+    if s is None:
+        return MISSING
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
