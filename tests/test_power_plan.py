@@ -297,7 +297,11 @@ def test_the_form_previews_the_plan_of_the_chosen_baseline_and_tasks(erin: User,
     empty = client.get("/tickets/plan-preview/").content.decode()
     assert "Choose the baseline and the tasks" in empty
 
-    query = {"baseline": baseline.pk, "beneficiary_tasks": ["cs_summary"], "risk_tasks": ["tool_calling"]}
+    query: dict[str, Any] = {
+        "baseline": baseline.pk,
+        "beneficiary_tasks": ["cs_summary"],
+        "risk_tasks": ["tool_calling"],
+    }
     preview = client.get("/tickets/plan-preview/", query).content.decode()
 
     assert "cs_summary <span" in preview and "tool_calling <span" in preview

@@ -138,7 +138,7 @@ class TaskPlanSerializer(serializers.Serializer):
     task = serializers.CharField()
     role = serializers.ChoiceField(choices=["beneficiary", "risk"])
     metric = serializers.CharField(help_text="the deciding pass-rate guardrail: the one needing the most pairs")
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a declared field (see ProvenanceSerializer.source)
     margin = serializers.FloatField()
     confidence = serializers.FloatField()
     power = serializers.FloatField()
