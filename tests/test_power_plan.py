@@ -168,6 +168,17 @@ def test_submission_refuses_a_draft_the_baselines_history_no_longer_lets_settle(
     assert not LedgerEntry.objects.filter(kind="ticket.submitted").exists()
 
 
+def test_an_edit_that_adds_an_unsettleable_task_is_refused(erin: User, baseline: Backend, candidate: Backend) -> None:
+    draft = services.ticket_create(owner=erin, **ticket_fields(baseline, candidate, risk_tasks=tasks("tool_calling")))
+    history(baseline, SQL, differ=5)
+
+    with pytest.raises(InvalidInput, match="dataagent_nl2sql: a 2-point margin"):
+        services.ticket_update(ticket=draft, actor=erin, risk_tasks=tasks("tool_calling", SQL))
+
+    assert [t.slug for t in draft.risk_tasks.all()] == ["tool_calling"]
+    services.ticket_update(ticket=draft, actor=erin, title="a title edit does not re-plan")
+
+
 def test_filing_and_submission_ledger_the_plan_they_passed(erin: User, baseline: Backend, candidate: Backend) -> None:
     draft = services.ticket_create(owner=erin, **sql_ticket(baseline, candidate))
     services.ticket_submit(ticket=draft, actor=erin)

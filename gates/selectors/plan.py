@@ -57,10 +57,6 @@ class TaskPlan:
     refused: bool  # not settleable, and the policy refuses on this discordance source
 
     @property
-    def measured(self) -> bool:
-        return self.discordance_source != DEFAULT_SOURCE
-
-    @property
     def message(self) -> str:
         """What the plan says of this task in one sentence (the refusal's wording when it refuses)."""
         needs = (

@@ -180,8 +180,9 @@ def _settleable_plan(fields: dict[str, Any]) -> TicketPlan:
         field = "beneficiary_tasks" if task.role == "beneficiary" else "risk_tasks"
         errors[field] = " ".join(filter(None, [errors.get(field), task.message]))
     if errors:
-        why = f"No available suite can settle it (policy {plan.policy}, power_plan.refuse_unsettleable: "
-        raise InvalidInput({field: f"{message} {why}{plan.refuse_unsettleable})." for field, message in errors.items()})
+        rule = f"policy {plan.policy}, power_plan.refuse_unsettleable: {plan.refuse_unsettleable}"
+        why = f"No available suite can settle it ({rule})."
+        raise InvalidInput({field: f"{text} {why}" for field, text in errors.items()})
     return plan
 
 
