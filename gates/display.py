@@ -236,3 +236,15 @@ def calibration_rows(
             }
         )
     return rows
+
+
+def duration(seconds: Any) -> str:
+    """Engine time, rounded to what a plan can promise: "45 s", "16 min", "2.5 h"."""
+    s = _finite(seconds)
+    if s is None:
+        return MISSING
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"

@@ -14,6 +14,7 @@ urlpatterns = [
     path("runs/active/", dashboard.runs_partial, name="runs-partial"),
     path("tickets/", tickets.ticket_index, name="tickets"),
     path("tickets/new/", tickets.ticket_new, name="ticket-new"),
+    path("tickets/plan-preview/", tickets.ticket_plan_preview, name="ticket-plan-preview"),
     path("tickets/<int:pk>/", tickets.ticket_detail, name="ticket"),
     path("tickets/<int:pk>/edit/", tickets.ticket_edit, name="ticket-edit"),
     path("tickets/<int:pk>/action/", tickets.ticket_action, name="ticket-action"),

@@ -15,7 +15,8 @@ from core.api import StrictInputSerializer
 from gates.models import ReleaseTicket
 from gates.policy.parse import list_policies, validate_policy_text
 from gates.policy.rules import Policy, PolicyError
-from gates.services.decisions import decision_judge, gate_policy
+from gates.services.decisions import decision_judge
+from gates.services.policy import gate_policy
 
 
 def _policy_summary(policy: Policy) -> dict[str, Any]:

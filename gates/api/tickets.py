@@ -20,9 +20,12 @@ from core.errors import InvalidInput
 from evaluators.models import EvaluationRun
 from gates.api.decisions import SignOffInputSerializer, ticket_decision, ticket_sign_off
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TaskType, TicketStatus
+from gates.policy.rules import REFUSE_UNSETTLEABLE_CHOICES
 from gates.selectors.evidence import ticket_provenance
+from gates.selectors.plan import stored_ticket_plan
 from gates.selectors.tickets import TICKET_FIELDS, action_paths, ticket_list, ticket_rows, ticket_shown
 from gates.services.actions import ticket_action_take
+from gates.services.policy import gate_policy
 from gates.services.provenance import evidence_accept
 from gates.services.tickets import ticket_create, ticket_update
 from gates.vocabulary import METRICS
@@ -127,6 +130,51 @@ class TicketDetailSerializer(TicketSerializer):
     class Meta(TicketSerializer.Meta):
         fields = [*TICKET_FIELDS, "provenance"]
         read_only_fields = fields
+
+
+class TaskPlanSerializer(serializers.Serializer):
+    """One task's power plan (``gates.selectors.plan.TaskPlan``); rates are fractions, margins absolute."""
+
+    task = serializers.CharField()
+    role = serializers.ChoiceField(choices=["beneficiary", "risk"])
+    metric = serializers.CharField(help_text="the deciding pass-rate guardrail: the one needing the most pairs")
+    label = serializers.CharField()  # type: ignore[assignment]  # a declared field (see ProvenanceSerializer.source)
+    margin = serializers.FloatField()
+    confidence = serializers.FloatField()
+    power = serializers.FloatField()
+    discordance = serializers.FloatField(help_text="share of paired samples assumed to differ")
+    discordance_source = serializers.CharField(help_text='"default", or what measured it')
+    fixed_n = serializers.IntegerField(help_text="pairs one fixed-size run needs")
+    max_n = serializers.IntegerField(help_text="pairs the sequential design needs at most")
+    look_sizes = serializers.ListField(child=serializers.IntegerField(), help_text="cumulative pairs at each look")
+    expected_n = serializers.FloatField(help_text="pairs expected for a change that is truly neutral")
+    shipped_samples = serializers.IntegerField()
+    suite_size = serializers.IntegerField(help_text="shipped plus held-out samples available")
+    settleable = serializers.BooleanField(help_text="max_n fits in suite_size")
+    refused = serializers.BooleanField(help_text="not settleable, and the policy refuses on this discordance source")
+    seconds_per_pair = serializers.FloatField()
+    seconds_source = serializers.CharField()
+    expected_engine_s = serializers.FloatField()
+    max_engine_s = serializers.FloatField()
+    message = serializers.CharField()
+
+
+class UnplannedTaskSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class TicketPlanSerializer(serializers.Serializer):
+    """The power plan of a ticket's tasks under the policy in force (``gates.selectors.plan``)."""
+
+    policy = serializers.CharField()
+    discordance_default = serializers.FloatField()
+    refuse_unsettleable = serializers.ChoiceField(choices=list(REFUSE_UNSETTLEABLE_CHOICES))
+    tasks = TaskPlanSerializer(many=True)
+    unplanned = UnplannedTaskSerializer(many=True)
+    expected_engine_s = serializers.FloatField()
+    max_engine_s = serializers.FloatField()
+    refused = serializers.BooleanField(help_text="the policy would refuse this ticket at submission now")
 
 
 class EvidenceAcceptSerializer(StrictInputSerializer):
@@ -309,6 +357,13 @@ class TicketViewSet(
     def decision(self, request: Request, pk: str | None = None) -> Response:
         """The ticket's current gate decision, its sign-offs and earlier decisions."""
         return ticket_decision(self.get_object(), request.user)
+
+    @extend_schema(responses={200: TicketPlanSerializer})
+    @action(detail=True, methods=["get"], permission_classes=[permissions.IsAuthenticated])
+    def plan(self, request: Request, pk: str | None = None) -> Response:
+        """The power plan: per task the paired samples its margin needs, the suite size and the engine time."""
+        ticket = self.get_object()
+        return Response(stored_ticket_plan(ticket=ticket, policy=gate_policy()).to_dict())
 
     @extend_schema(request=SignOffInputSerializer, responses={201: dict})
     @action(detail=True, methods=["post"], url_path="sign-off", permission_classes=[permissions.IsAuthenticated])

@@ -27,6 +27,7 @@ from gates.policy.rules import (
     POLICY_DIR,
     POLICY_NAME,
     QUANTIZATION_MECHANISMS,
+    REFUSE_UNSETTLEABLE_CHOICES,
     TASK_NAME,
     BottleneckRule,
     EvidenceRule,
@@ -35,6 +36,7 @@ from gates.policy.rules import (
     MinSamples,
     Policy,
     PolicyError,
+    PowerPlanRule,
     PrefixCacheRule,
     QuantizationRule,
     Slos,
@@ -261,6 +263,17 @@ def _bottlenecks(v: _Validator, raw: Any) -> dict[str, BottleneckRule]:
     return rules
 
 
+def _power_plan(v: _Validator, raw: Any) -> PowerPlanRule:
+    raw = v.mapping(raw or {}, "power_plan", {"discordance_default", "refuse_unsettleable"})
+    # Above 0 so a default never claims a seed-only change; 0.5 is already every other answer flipping.
+    discordance = v.number(raw.get("discordance_default"), "power_plan.discordance_default", 0.001, 0.5, 0.05)
+    refuse = v.string(raw.get("refuse_unsettleable"), "power_plan.refuse_unsettleable", "measured")
+    if refuse not in REFUSE_UNSETTLEABLE_CHOICES:
+        v.error("power_plan.refuse_unsettleable", f"must be one of {', '.join(REFUSE_UNSETTLEABLE_CHOICES)}")
+        refuse = "measured"
+    return PowerPlanRule(discordance_default=discordance, refuse_unsettleable=refuse)
+
+
 def policy_from_dict(document: Any, source: str | None = None) -> Policy:
     """Validate a parsed policy document; raise :class:`PolicyError` listing every problem."""
     v = _Validator()
@@ -281,6 +294,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         "bottlenecks",
         "measurement",
         "evidence",
+        "power_plan",
         "stats",
     }
     raw = v.mapping(document, "", top, {"name", "version", "tasks"})
@@ -315,6 +329,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
     if owner_imported not in OWNER_IMPORTED_CHOICES:
         v.error("evidence.owner_imported", f"must be one of {', '.join(OWNER_IMPORTED_CHOICES)}")
     stats_raw = v.mapping(raw.get("stats") or {}, "stats", {"n_boot", "seed"})
+    power_plan = _power_plan(v, raw.get("power_plan"))
     policy = Policy(
         name=name,
         version=version,
@@ -327,6 +342,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         bottlenecks=_bottlenecks(v, raw.get("bottlenecks")),
         measurement=measurement,
         evidence=EvidenceRule(owner_imported=owner_imported),
+        power_plan=power_plan,
         n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000, high=MAX_N_BOOT),
         seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
         source=source,

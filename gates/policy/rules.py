@@ -119,6 +119,7 @@ class MeasurementRule:
 
 
 OWNER_IMPORTED_CHOICES = ("inform", "approve")
+REFUSE_UNSETTLEABLE_CHOICES = ("measured", "always", "never")
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,22 @@ class EvidenceRule:
     """
 
     owner_imported: str = "inform"
+
+
+@dataclass(frozen=True)
+class PowerPlanRule:
+    """The power plan at filing (``gates.selectors.plan``): what it assumes, and when it refuses.
+
+    ``discordance_default``: the share of paired samples assumed to differ between baseline and
+    candidate when the baseline has neither an A/A calibration nor history to measure it from.
+    ``refuse_unsettleable``: ``measured`` (the default) refuses a ticket whose margin needs more
+    paired samples than the suite holds only when that discordance was measured, since a refusal
+    should rest on evidence; with the assumed default the plan warns instead. ``always`` refuses
+    on the assumed default too; ``never`` only shows the plan.
+    """
+
+    discordance_default: float = 0.05
+    refuse_unsettleable: str = "measured"
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,7 @@ class Policy:
     bottlenecks: Mapping[str, BottleneckRule]
     measurement: MeasurementRule = field(default_factory=MeasurementRule)
     evidence: EvidenceRule = field(default_factory=EvidenceRule)
+    power_plan: PowerPlanRule = field(default_factory=PowerPlanRule)
     n_boot: int = 2000
     seed: int = 0
     source: str | None = field(default=None, compare=False)

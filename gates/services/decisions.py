@@ -13,32 +13,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 
-from core.errors import DomainError, InvalidInput, NotAllowed
+from core.errors import DomainError, NotAllowed
 from core.roles import ADMIN, Actor, has_role, person
 from evaluators.models import EvaluationRun
 from gates.judge import Decision, TaskEvidence, evaluate
 from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
-from gates.policy.parse import load_policy
-from gates.policy.rules import Policy, PolicyError
+from gates.policy.rules import Policy
 from gates.prefix_cache import prefix_cache_findings
 from gates.selectors.calibrations import calibration_noise
 from gates.selectors.decisions import decision_current
 from gates.selectors.evidence import run_task_evidence
+from gates.services.policy import gate_policy
 from gates.services.tickets import ticket_transition_within
 from ledger.services import ledger_append
 
 DECIDABLE_STATUSES = frozenset({TicketStatus.EVALUATING, TicketStatus.EVALUATED})
-
-
-def gate_policy(name: str | None = None) -> Policy:
-    """The named policy, or the one ``settings.OPTGATE_GATE_POLICY`` selects (default ``default``)."""
-    try:
-        return load_policy(name or settings.OPTGATE_GATE_POLICY)
-    except PolicyError as exc:
-        raise InvalidInput({"policy": str(exc)}) from None
 
 
 @dataclass(frozen=True)

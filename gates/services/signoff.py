@@ -45,7 +45,7 @@ from gates.models import (
 from gates.prefix_cache import CROSS_TENANT
 from gates.selectors.decisions import decision_current
 from gates.selectors.evidence import owner_imported_unaccepted
-from gates.services.decisions import gate_policy
+from gates.services.policy import gate_policy
 from gates.services.tickets import ticket_transition_within
 from ledger.services import ledger_append
 

@@ -14,6 +14,8 @@ from backends.models import Backend
 from core.errors import DomainError, InvalidInput, NotAllowed
 from core.roles import ADMIN, ENGINEER, REVIEWER, Actor, has_role
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TicketStatus
+from gates.selectors.plan import TicketPlan, ticket_plan, ticket_tasks_with_roles
+from gates.services.policy import gate_policy
 from gates.vocabulary import METRICS, ROLLBACK_PLAN_FIELDS
 from ledger.services import ledger_append
 
@@ -165,6 +167,25 @@ def _validate_ticket(fields: dict[str, Any]) -> None:
         raise InvalidInput(errors)
 
 
+def _settleable_plan(fields: dict[str, Any]) -> TicketPlan:
+    """The power plan of a valid ticket's fields; raise ``InvalidInput`` naming each task the policy
+    refuses because no available suite can settle its margin (``gates.selectors.plan``)."""
+    plan = ticket_plan(
+        policy=gate_policy(),
+        baseline=fields["baseline"],
+        tasks=ticket_tasks_with_roles(fields["beneficiary_tasks"], fields.get("risk_tasks") or []),
+    )
+    errors: dict[str, str] = {}
+    for task in plan.refusals:
+        field = "beneficiary_tasks" if task.role == "beneficiary" else "risk_tasks"
+        errors[field] = " ".join(filter(None, [errors.get(field), task.message]))
+    if errors:
+        rule = f"policy {plan.policy}, power_plan.refuse_unsettleable: {plan.refuse_unsettleable}"
+        why = f"No available suite can settle it ({rule})."
+        raise InvalidInput({field: f"{text} {why}" for field, text in errors.items()})
+    return plan
+
+
 def ticket_snapshot(ticket: ReleaseTicket) -> dict[str, Any]:
     """Everything a reader of the ledger needs to understand the plan, without joining tables."""
 
@@ -209,6 +230,7 @@ def ticket_create(*, owner: User, **fields: Any) -> ReleaseTicket:
     fields.setdefault("canary_scope", {"tenants": [], "business_domain": ""})
     fields["canary_scope"] = _normalised_scope(fields["canary_scope"])
     _validate_ticket(fields)
+    plan = _settleable_plan(fields)
     beneficiary = fields.pop("beneficiary_tasks")
     risk = fields.pop("risk_tasks")
     with transaction.atomic(durable=True):
@@ -221,7 +243,7 @@ def ticket_create(*, owner: User, **fields: Any) -> ReleaseTicket:
             subject_id=ticket.pk,
             subject_name=ticket.title,
             actor=owner,
-            payload={"status": ticket.status, "ticket": ticket_snapshot(ticket)},
+            payload={"status": ticket.status, "ticket": ticket_snapshot(ticket), "power_plan": plan.to_dict()},
         )
     return ticket
 
@@ -246,6 +268,8 @@ def ticket_update(*, ticket: ReleaseTicket, actor: Actor, **changes: Any) -> Rel
             changes["canary_scope"] = _normalised_scope(changes["canary_scope"])
         merged.update(changes)
         _validate_ticket(merged)
+        if {"baseline", "beneficiary_tasks", "risk_tasks"} & set(changes):
+            _settleable_plan(merged)
         before = ticket_snapshot(locked)
         scalar_changes = {k: v for k, v in changes.items() if k not in ("beneficiary_tasks", "risk_tasks")}
         for name, value in scalar_changes.items():
@@ -336,5 +360,15 @@ def ticket_transition(
 
 
 def ticket_submit(*, ticket: ReleaseTicket, actor: Actor) -> ReleaseTicket:
-    """Submit a draft for evaluation."""
-    return ticket_transition(ticket=ticket, action="submit", actor=actor)
+    """Submit a draft for evaluation, unless the power plan now refuses it (the baseline's measured
+    discordance may have grown since filing); the plan it was submitted on is ledgered."""
+    check_actor(ticket, "submit", actor)
+    if ticket.status != TicketStatus.DRAFT:
+        return ticket_transition(ticket=ticket, action="submit", actor=actor)  # refused there, as it is
+    fields = {
+        "baseline": ticket.baseline,
+        "beneficiary_tasks": list(ticket.beneficiary_tasks.all()),
+        "risk_tasks": list(ticket.risk_tasks.all()),
+    }
+    plan = _settleable_plan(fields)
+    return ticket_transition(ticket=ticket, action="submit", actor=actor, details={"power_plan": plan.to_dict()})

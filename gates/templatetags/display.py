@@ -48,3 +48,15 @@ def humans(names: list[str]) -> str:
 @register.filter
 def metric_labels(names: list[str]) -> str:
     return ", ".join(display.metric_label(str(name)) for name in names or [])
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    """``{{ plan.max_engine_s|duration }}`` → "23 min"."""
+    return display.duration(seconds)
+
+
+@register.filter
+def points(margin: Any) -> str:
+    """An absolute margin on a rate as points: 0.02 → "2"."""
+    return f"{float(margin) * 100:g}"

@@ -26,17 +26,21 @@ from gates.forms.tickets import REASON_CODES, TICKET_ERROR_FIELDS, TicketForm, T
 from gates.models import Mechanism, ReleaseTicket, TicketStatus
 from gates.selectors.decisions import decision_current
 from gates.selectors.evidence import ticket_provenance
+from gates.selectors.plan import stored_ticket_plan, ticket_plan, ticket_tasks_with_roles
 from gates.selectors.summary import decision_summary, next_action
 from gates.selectors.tickets import task_types, ticket_get, ticket_list
 from gates.services import signoff
 from gates.services import tickets as services
 from gates.services.actions import TICKET_ACTIONS, ticket_action_take, ticket_actions_for
+from gates.services.policy import gate_policy
 from gates.services.provenance import evidence_accept
 from gates.views.decision import latest_decision, proposed_route_changes, signoff_context, signoff_form_for
 from gates.views.evidence import build_evidence, sample_pairs
 from ledger.selectors import ledger_entries
 
 LIST_PAGE_SIZE = 50
+# Before evaluation the ticket page shows its power plan; afterwards the decision speaks for itself.
+PLANNED_STATUSES = (TicketStatus.DRAFT, TicketStatus.SUBMITTED)
 ACTION_LABELS = {"submit": "Submit for evaluation", "request_evidence": "Request more evidence"}
 
 
@@ -98,6 +102,19 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Ticket #{ticket.pk} filed as a draft. Submit it when it is complete.")
             return redirect("ui:ticket", pk=ticket.pk)
     return _form_page(request, form, ticket=None, status=400)
+
+
+@login_required
+def ticket_plan_preview(request: HttpRequest) -> HttpResponse:
+    """The power plan of the form's baseline and tasks so far (htmx swaps it into the form)."""
+    form = TicketForm(request.GET)
+    form.is_valid()  # every field is optional: what is chosen is cleaned, the rest is left out
+    data = form.cleaned_data
+    plan = None
+    if data.get("baseline"):
+        tasks = ticket_tasks_with_roles(data.get("beneficiary_tasks") or [], data.get("risk_tasks") or [])
+        plan = ticket_plan(policy=gate_policy(), baseline=data["baseline"], tasks=tasks).to_dict()
+    return render(request, "partials/power_plan_preview.html", {"power_plan": plan})
 
 
 @login_required
@@ -187,6 +204,9 @@ def _ticket_page(
         "can_accept_evidence": REVIEWER in roles and ticket.owner_id != user.pk,
         "signoff": signoff_state,
         "summary": decision_summary(record) if record else None,
+        "power_plan": stored_ticket_plan(ticket=ticket, policy=gate_policy()).to_dict()
+        if ticket.status in PLANNED_STATUSES
+        else None,
         "next_action": next_action(
             status=ticket.status,
             decision=record,

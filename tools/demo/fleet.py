@@ -122,10 +122,16 @@ def demo_backends_register(say: Say) -> dict[str, Backend]:
     return backends
 
 
-def demo_tickets_file(erin: User, b: dict[str, Backend], say: Say) -> list[ReleaseTicket]:
-    """File (or find again) the three demo tickets and ask for their evaluation."""
+def demo_ticket_fields(b: dict[str, Backend]) -> list[dict[str, Any]]:
+    """What the demo files for each of its three tickets (``ticket_create``'s keyword arguments)."""
     tasks = {t.slug: t for t in TaskType.objects.all()}
-    specs = [
+    shared = {
+        "baseline": b["kit-bf16"],
+        "rollback_target": b["kit-bf16"],
+        "rollback_plan": ROLLBACK_PLAN,
+        "observation_window_hours": 72,
+    }
+    return [
         dict(
             title="Prefix caching for the knowledge assistant",
             mechanisms=["prefix_cache"],
@@ -137,6 +143,7 @@ def demo_tickets_file(erin: User, b: dict[str, Backend], say: Say) -> list[Relea
             benefit_metrics=["ttft_p50", "prefix_cache_hit_rate"],
             guardrail_metrics=["citation_accuracy", "refusal_accuracy"],
             canary_scope={"tenants": ["tenant-a", "tenant-b"], "business_domain": "knowledge"},
+            **shared,
         ),
         dict(
             title="Low-bit weights for the whole fleet",
@@ -149,6 +156,7 @@ def demo_tickets_file(erin: User, b: dict[str, Backend], say: Say) -> list[Relea
             benefit_metrics=["output_throughput", "max_concurrency"],
             guardrail_metrics=["fact_accuracy", "sql_accuracy", "tool_argument_validity"],
             canary_scope={"tenants": ["tenant-a"], "business_domain": "support"},
+            **shared,
         ),
         dict(
             title="N-gram speculative decoding for templated summaries",
@@ -161,20 +169,18 @@ def demo_tickets_file(erin: User, b: dict[str, Backend], say: Say) -> list[Relea
             benefit_metrics=["tpot_p50", "e2e_p95"],
             guardrail_metrics=["fact_accuracy", "code_test_pass_rate"],
             canary_scope={"tenants": ["tenant-a"], "business_domain": "support"},
+            **shared,
         ),
     ]
+
+
+def demo_tickets_file(erin: User, b: dict[str, Backend], say: Say) -> list[ReleaseTicket]:
+    """File (or find again) the three demo tickets and ask for their evaluation."""
     tickets = []
-    for spec in specs:
-        ticket = ReleaseTicket.objects.filter(title=spec["title"], owner=erin).order_by("-created_at").first()
+    for fields in demo_ticket_fields(b):
+        ticket = ReleaseTicket.objects.filter(title=fields["title"], owner=erin).order_by("-created_at").first()
         if ticket is None:
-            ticket = gate_services.ticket_create(
-                owner=erin,
-                baseline=b["kit-bf16"],
-                rollback_target=b["kit-bf16"],
-                rollback_plan=ROLLBACK_PLAN,
-                observation_window_hours=72,
-                **spec,
-            )
+            ticket = gate_services.ticket_create(owner=erin, **fields)
         if ticket.status == TicketStatus.DRAFT:
             ticket = evaluation_request(ticket=ticket, actor=erin)
         say.line(f"    #{ticket.pk} {ticket.title} ({ticket.status})")
