@@ -88,14 +88,16 @@ def test_engines_get_fine_latency_buckets_unless_the_backend_sets_its_own() -> N
 
 
 def test_max_concurrency_is_capacity_over_the_tasks_longest_request() -> None:
-    requests = [{"prompt_tokens": 300}, {"prompt_tokens": 900}, {"error": "HTTP 400"}]
+    requests: list[dict[str, Any]] = [{"prompt_tokens": 300}, {"prompt_tokens": 900}, {"error": "HTTP 400"}]
     got = pipeline.kv_concurrency({"kv_capacity_tokens": 10240.0}, requests, max_tokens=124)
     assert got == {"task_context_tokens": 1024.0, "max_concurrency": 10.0}
     assert pipeline.kv_concurrency({}, requests, 124)["max_concurrency"] is None
 
 
 def test_configuration_levels_are_not_summed_over_blocks() -> None:
-    blocks = [{"kv_capacity_tokens": 1000.0, "max_concurrency": 2.5, "request_success": 3.0}] * 4
+    blocks: list[dict[str, float | None]] = [
+        {"kv_capacity_tokens": 1000.0, "max_concurrency": 2.5, "request_success": 3.0}
+    ] * 4
     combined = combine_engine(blocks)
     assert combined["kv_capacity_tokens"] == 1000.0
     assert combined["max_concurrency"] == 2.5

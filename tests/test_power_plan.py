@@ -17,7 +17,7 @@ from backends.models import Backend
 from core.errors import InvalidInput
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, TaskResult
 from gates.judge.power import plan_task
-from gates.models import ReleaseTicket, TicketStatus
+from gates.models import Calibration, CalibrationStatus, ReleaseTicket, TicketStatus
 from gates.policy.parse import load_policy, validate_policy_text
 from gates.policy.rules import PolicyError
 from gates.selectors.plan import (
@@ -105,6 +105,27 @@ def test_the_discordance_comes_from_the_baselines_history_when_it_has_two_measur
     plan = ticket_plan(policy=load_policy("default"), baseline=baseline, tasks=[(SQL, "risk")])
     assert plan.tasks[0].discordance_source == source
     assert plan.tasks[0].power.max_n == plan_task(margin=0.02, discordance=0.03).max_n == 939
+
+
+def test_a_current_a_a_calibration_comes_before_the_history(baseline: Backend) -> None:
+    older, newer = history(baseline, SQL, differ=3)
+    calibration = Calibration.objects.create(
+        backend=baseline,
+        fingerprint=baseline.fingerprint,
+        engine_version=baseline.engine_version,
+        hardware_class=baseline.hardware_class,
+        tasks=[SQL],
+        baseline_run=older,
+        candidate_run=newer,
+        status=CalibrationStatus.FINISHED,
+        discordance={SQL: {"rate": 0.01, "discordant": 2, "paired": 200}},
+    )
+    rate, source = task_discordance(backend=baseline, task=SQL) or (None, "")
+    assert rate == 0.01 and source == f"A/A calibration #{calibration.pk}: 2 of 200 samples differ"
+    # A calibration of an older engine version no longer speaks for this backend.
+    Calibration.objects.filter(pk=calibration.pk).update(engine_version="0.0.1")
+    history_source = f"baseline history: runs #{older.pk} and #{newer.pk}, 3 of 100 samples differ"
+    assert task_discordance(backend=baseline, task=SQL) == (pytest.approx(0.03), history_source)
 
 
 def test_reused_answers_and_short_history_fall_back_to_the_default(baseline: Backend) -> None:

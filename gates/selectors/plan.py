@@ -28,6 +28,7 @@ from gates.judge.power import PowerPlan, plan_task
 from gates.models import ReleaseTicket
 from gates.policy.metrics import METRIC_SPECS
 from gates.policy.rules import MetricRule, Policy
+from gates.selectors.calibrations import current_calibration
 
 # Fewer common samples than one shipped suite say too little about a rate of a few percent.
 MIN_HISTORY_PAIRS = 100
@@ -159,11 +160,15 @@ def _measured_task_runs(backend: Backend, task: str) -> list[int]:
 def task_discordance(*, backend: Backend, task: str) -> tuple[float, str] | None:
     """The share of paired samples whose outcome differs when ``backend`` meets itself, and its source.
 
-    The seam for A/A calibration: once a calibration of the backend exists it comes first. Until
-    then, the backend's two newest runs that measured the task are an A/A pair of their own (same
-    configuration, suite samples paired by id). None when there is not enough history: the plan
-    then assumes the policy's default.
+    The backend's current A/A calibration comes first. Without one, the backend's two newest runs
+    that measured the task are an A/A pair of their own (same configuration, suite samples paired
+    by id). None when there is not enough of either: the plan then assumes the policy's default.
     """
+    calibration = current_calibration(backend)
+    counted = (calibration.discordance or {}).get(task) if calibration else None
+    if calibration is not None and counted and counted.get("paired"):
+        source = f"A/A calibration #{calibration.pk}: {counted['discordant']} of {counted['paired']} samples differ"
+        return float(counted["rate"]), source
     runs = _measured_task_runs(backend, task)
     if len(runs) < 2:
         return None
