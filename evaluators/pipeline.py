@@ -75,8 +75,17 @@ class TaskOutcome:
     engine_evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def quality_phase(suite: Suite, *, base_url: str, model: str, concurrency: int, workdir: Path) -> list[SampleOutcome]:
-    """Run the suite through lm-eval against the endpoint; re-score each output with the suite's scorer.
+def quality_phase(
+    suite: Suite,
+    *,
+    base_url: str,
+    model: str,
+    concurrency: int,
+    workdir: Path,
+    samples: list[dict[str, Any]] | None = None,
+) -> list[SampleOutcome]:
+    """Run the suite (or ``samples`` of it: a stage, a subset) through lm-eval against the endpoint;
+    re-score each output with the suite's scorer.
 
     lm-eval drives the requests (chat template applied server-side, greedy decoding from the task
     YAML); the suite's own scorer then gives every sample its failure reason and reviewer note.
@@ -88,7 +97,7 @@ def quality_phase(suite: Suite, *, base_url: str, model: str, concurrency: int, 
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    task_name = write_task_folder(suite, workdir)
+    task_name = write_task_folder(suite, workdir, samples)
     client = RefusalAwareChatCompletion(
         model=model,
         base_url=f"{base_url}/v1/chat/completions",
@@ -107,7 +116,7 @@ def quality_phase(suite: Suite, *, base_url: str, model: str, concurrency: int, 
     )
     if results is None:
         raise RuntimeError(f"lm-eval returned no results for {suite.slug}")
-    by_id = {sample["id"]: sample for sample in suite.load_samples()}
+    by_id = {sample["id"]: sample for sample in (samples or suite.load_samples())}
     outcomes = []
     for record in results["samples"][task_name]:
         sample = by_id[record["doc"]["id"]]
@@ -117,6 +126,15 @@ def quality_phase(suite: Suite, *, base_url: str, model: str, concurrency: int, 
             output = output[0] if output else ""
         outcomes.append(_scored(suite, sample, str(output), refusal=parse_refusal(str(output))))
     return sorted(outcomes, key=lambda o: o.sample_id)
+
+
+def profile_samples(suite: Suite, profile: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The samples a profile asks quality on: the first ``quality_samples`` shipped ones, or all
+    (None) — a performance-only measurement may ask for a handful."""
+    limit = profile.get("quality_samples")
+    if not limit:
+        return None
+    return suite.load_samples()[: int(limit)]
 
 
 def _scored(suite: Suite, sample: dict[str, Any], output: str, *, refusal: str | None) -> SampleOutcome:
@@ -195,6 +213,7 @@ def evaluate_task(
             model=model,
             concurrency=int(profile["quality_concurrency"]),
             workdir=Path(workdir),
+            samples=profile_samples(suite, profile),
         )
     outcome.quality = quality_summary(outcome.samples)
     if profile.get("quality_only"):
@@ -259,6 +278,7 @@ def evaluate_pair_task(
                 model=endpoints[side].model,
                 concurrency=concurrency,
                 workdir=Path(workdir),
+                samples=profile_samples(suite, profile),
             )
     for outcome in outcomes.values():
         outcome.quality = quality_summary(outcome.samples)

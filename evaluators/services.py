@@ -445,6 +445,10 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
         _finish(run, attempt, status, message, error_kind, timings)
 
 
+# Profile keys that decide which answers a run has: how lm-eval asked, and on how many samples.
+QUALITY_KEYS = ("quality_concurrency", "quality_samples")
+
+
 def _reusable_quality(run: EvaluationRun, task: str) -> tuple[int, list[pipeline.SampleOutcome]] | None:
     """Per-sample quality of ``task`` from the newest succeeded run of the same backend fingerprint,
     engine version, hardware and endpoint on the same suite version, asked with the same quality
@@ -465,8 +469,10 @@ def _reusable_quality(run: EvaluationRun, task: str) -> tuple[int, list[pipeline
         .select_related("run")
         .order_by("-run__finished_at", "-run_id")
     )
-    concurrency = run.load_profile.get("quality_concurrency")
-    source = next((r for r in candidates[:20] if r.run.load_profile.get("quality_concurrency") == concurrency), None)
+    asked = {key: run.load_profile.get(key) for key in QUALITY_KEYS}
+    source = next(
+        (r for r in candidates[:20] if {key: r.run.load_profile.get(key) for key in QUALITY_KEYS} == asked), None
+    )
     if source is None:
         return None
     records = SampleRecord.objects.filter(run_id=source.run_id, task=task).order_by("sample_id")

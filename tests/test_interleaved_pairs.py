@@ -352,3 +352,12 @@ def test_answers_are_reused_across_load_profiles_but_not_across_quality_concurre
     assert reused is not None and reused[0] == answers.pk
     other, _ = services.run_request(backend=baseline, tasks=["knowledge_qa"], load_profile={"quality_concurrency": 1})
     assert services._reusable_quality(other, "knowledge_qa") is None
+    fewer, _ = services.run_request(backend=baseline, tasks=["knowledge_qa"], load_profile={"quality_samples": 8})
+    assert services._reusable_quality(fewer, "knowledge_qa") is None  # answers to other samples
+
+
+def test_a_profile_may_ask_quality_on_the_first_few_samples() -> None:
+    suite = pipeline.get_suite("knowledge_qa")
+    assert pipeline.profile_samples(suite, {}) is None
+    few = pipeline.profile_samples(suite, {"quality_samples": 8})
+    assert few is not None and [s["id"] for s in few] == [s["id"] for s in suite.load_samples()[:8]]

@@ -43,6 +43,8 @@ SAMPLING = {"temperature": 0.0}
 POLICY = load_policy("default")
 # Fewer load requests than the policy's minimum: a failure still fails, a pass reads inconclusive.
 PROFILE = {"requests_per_task": 40}
+# Scenarios about performance alone ask for a handful of answers (the load still sends 40 prompts).
+QUALITY_FEW = 8
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +127,10 @@ def test_a_prefix_cache_on_a_workload_with_no_shared_prefix_hits_nothing_and_gai
     claimed KV-memory bottleneck, shows a workload that never fills the cache: inconclusive, with
     the stress profile to use named, never a failure."""
     base_run, cand_run = _pair(
-        kit_backend("kit-base"), kit_backend("kit-base-prefix", enable_prefix_caching=True), ["code_assistant"]
+        kit_backend("kit-base"),
+        kit_backend("kit-base-prefix", enable_prefix_caching=True),
+        ["code_assistant"],
+        quality_samples=QUALITY_FEW,
     )
     assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
     evidence = TaskEvidence(
@@ -152,7 +157,9 @@ def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_pr
     baseline's cache, the baseline comes under pressure and the candidate does not."""
     baseline = kit_backend("kit-base-small-kv", num_gpu_blocks_override=24)
     candidate = kit_backend("kit-base-large-kv", num_gpu_blocks_override=96)
-    base_run, cand_run = _pair(baseline, candidate, ["code_assistant"], stress="kv_memory", open_loop_requests=0)
+    base_run, cand_run = _pair(
+        baseline, candidate, ["code_assistant"], stress="kv_memory", open_loop_requests=0, quality_samples=QUALITY_FEW
+    )
     assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
     stress = TaskResult.objects.get(run=cand_run).performance["stress"]
     assert stress["plan"]["kv_capacity_tokens"] == 24 * 128 and stress["plan"]["concurrency"] >= 4
