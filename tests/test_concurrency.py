@@ -206,6 +206,29 @@ def test_of_ten_reviewers_completing_one_review_at_once_one_rolls_back(
     assert ledger_verify().ok
 
 
+def test_of_ten_api_completions_of_one_review_one_answers_200_and_nine_409(
+    erin: User, rita: User, ada: User, baseline: Any, candidate: Any
+) -> None:
+    """The same race through ``POST /api/v1/reviews/{id}/complete/``: one rollback commits, the
+    others answer 409 and move nothing."""
+    ticket = serving_by_default(erin, rita, ada, baseline, candidate)
+    review = reviews.review_open(ticket=ticket, reason=ReviewReason.QUARTERLY)
+    assert review is not None
+    clients = [client_for(user) for user in reviewers(10)]
+    versions = RouteTableVersion.objects.count()
+
+    def complete(index: int) -> int:
+        response = clients[index].post(
+            f"/api/v1/reviews/{review.pk}/complete/", {"outcome": "rollback", "comment": "drift"}, format="json"
+        )
+        return response.status_code
+
+    assert Counter(race(complete, writers=10)) == {200: 1, 409: 9}
+    assert RouteTableVersion.objects.count() == versions + 1
+    assert ticket_kinds(ticket)["review.completed"] == 1
+    assert ledger_verify().ok
+
+
 def test_fifty_concurrent_ledger_appends_form_one_unforked_chain(db: None) -> None:
     """Fifty transactions append at once; the head lock queues them, so every entry gets the next
     sequence number and points at the hash of the entry before it."""
