@@ -46,6 +46,13 @@ class Command(BaseCommand):
         parser.add_argument("--requests", type=int, default=DEFAULT_LOAD_PROFILE["requests_per_task"])
         parser.add_argument("--repeats", type=int, default=2)
         parser.add_argument(
+            "--engine-env",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="an environment variable for both engines (repeatable), e.g. OMP_WAIT_POLICY=PASSIVE",
+        )
+        parser.add_argument(
             "--temperature",
             type=float,
             default=0.0,
@@ -55,6 +62,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.env_extra = dict(item.split("=", 1) for item in options["engine_env"])
         kit = ensure_kit()
         suite = get_suite(options["task"])
         ids, requests = load_requests(suite, count=options["requests"], seed=0)
@@ -105,6 +113,7 @@ class Command(BaseCommand):
                 engine_args=ENGINE_ARGS,
                 log_path=logs / f"{name}.log",
                 model_roots=[root],
+                env_extra=self.env_extra,
             )
 
         with ThreadPoolExecutor(max_workers=2) as pool:
