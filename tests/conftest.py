@@ -29,12 +29,15 @@ pytest_plugins = ["tests.demo_evidence"]
 
 
 @pytest.fixture(autouse=True)
-def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     # Model paths in tests live under a private root; vLLM's own parser is exercised only by
     # the engine tests that ask for it, since importing vLLM costs seconds per call.
     root = tmp_path_factory.getbasetemp() / "models"
     root.mkdir(exist_ok=True)
     settings.OPTGATE_MODEL_ROOTS = [root.resolve()]
+    # Engine logs and archived evidence go under runs/<id>/, and run ids restart with each test's
+    # database: in the checkout's var/ two tests (or two pytest-xdist workers) would share files.
+    settings.OPTGATE_ARTIFACTS_DIR = tmp_path / "artifacts"
     settings.OPTGATE_VALIDATE_WITH_VLLM = False
     # Rate limits stay on but out of reach; tests/test_rate_limits.py lowers them on purpose.
     settings.OPTGATE_RATE_LIMITS = {scope: "100000/min" for scope in settings.OPTGATE_RATE_LIMITS}
