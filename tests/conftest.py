@@ -28,6 +28,19 @@ from tests.factories import backend_fields, ticket_fields
 pytest_plugins = ["tests.demo_evidence"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # schemathesis 4.32 makes one item per API operation, named ``test[GET /api/…]`` but with no
+    # parametrization, and pytest 9.2 builds an item's node id from its parametrization: all fifty
+    # fuzz tests of tests/test_api_fuzz.py got one id. pytest-xdist's file and group schedulers
+    # (``--dist loadfile``, ``loadgroup``) key tests by id and ran one of the fifty; --lf and
+    # --deselect mix them up too. The operation goes back into the id.
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        node_id = getattr(item, "_id", None)
+        if label and node_id is not None and getattr(node_id, "params", "") is None:
+            item._id = node_id.with_params(label)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     # Model paths in tests live under a private root; vLLM's own parser is exercised only by
