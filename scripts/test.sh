@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Run the test suite: static checks, then pytest in two invocations, each listing its slowest tests:
 #
-#   1. the fast tests (not marked engine, worker or browser) spread over pytest-xdist workers:
+#   1. the fast tests (not marked engine, worker, browser or serial) spread over pytest-xdist workers:
 #      OPTGATE_TEST_WORKERS of them (default: the CPUs this process may use; 0 or 1 = one process);
-#   2. the slow marked tests (engine, worker, browser) in one process, one after the other: two vLLM
-#      engines already use both cores of a CI box, and the demo behind the real-engine tests runs
-#      once per session.
+#   2. the slow marked tests (engine, worker, browser) and those marked serial in one process, one
+#      after the other: two vLLM engines already use both cores of a CI box, the demo behind the
+#      real-engine tests runs once per session, and the PostgreSQL concurrency races open fifty
+#      connections each.
 #
 # Arguments and PYTEST_ADDOPTS go to both invocations. A marker expression among them (-m EXPR, as
 # the PostgreSQL pass of .ci/run gives) narrows each half instead of replacing its selection:
@@ -60,7 +61,7 @@ fi
 
 # --- the two pytest invocations -----------------------------------------------------------------
 
-SLOW="engine or worker or browser"
+SLOW="engine or worker or browser or serial"
 
 # PYTEST_ADDOPTS split as pytest splits it (shlex), then the arguments: one list, with the last -m
 # taken out (pytest keeps only the last one too).
