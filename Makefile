@@ -12,9 +12,10 @@ demo: bootstrap
 test: bootstrap
 	scripts/test.sh
 
-## test-fast: the suite without the slow real-engine, worker and browser tests
+## test-fast: the suite without the static checks and the slow real-engine, worker and browser tests,
+## on every CPU (pytest-xdist; OPTGATE_TEST_WORKERS=0 for one process)
 test-fast: bootstrap
-	$(PY) -m pytest -m "not engine and not worker and not browser"
+	OPTGATE_STATIC_CHECKS=0 OPTGATE_TEST_SLOW=0 scripts/test.sh
 
 ## kit: retrain the tiny model kit from scratch and say whether it matches the shipped one (kit/)
 kit: bootstrap

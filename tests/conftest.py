@@ -28,13 +28,29 @@ from tests.factories import backend_fields, ticket_fields
 pytest_plugins = ["tests.demo_evidence"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # schemathesis 4.32 makes one item per API operation, named ``test[GET /api/…]`` but with no
+    # parametrization, and pytest 9.2 builds an item's node id from its parametrization: all fifty
+    # fuzz tests of tests/test_api_fuzz.py got one id. pytest-xdist's file and group schedulers
+    # (``--dist loadfile``, ``loadgroup``) key tests by id and ran one of the fifty; --lf and
+    # --deselect mix them up too. The operation goes back into the id.
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        node_id = getattr(item, "_id", None)
+        if label and node_id is not None and getattr(node_id, "params", "") is None:
+            item._id = node_id.with_params(label)
+
+
 @pytest.fixture(autouse=True)
-def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolated_settings(settings: Any, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     # Model paths in tests live under a private root; vLLM's own parser is exercised only by
     # the engine tests that ask for it, since importing vLLM costs seconds per call.
     root = tmp_path_factory.getbasetemp() / "models"
     root.mkdir(exist_ok=True)
     settings.OPTGATE_MODEL_ROOTS = [root.resolve()]
+    # Engine logs and archived evidence go under runs/<id>/, and run ids restart with each test's
+    # database: in the checkout's var/ two tests (or two pytest-xdist workers) would share files.
+    settings.OPTGATE_ARTIFACTS_DIR = tmp_path / "artifacts"
     settings.OPTGATE_VALIDATE_WITH_VLLM = False
     # Rate limits stay on but out of reach; tests/test_rate_limits.py lowers them on purpose.
     settings.OPTGATE_RATE_LIMITS = {scope: "100000/min" for scope in settings.OPTGATE_RATE_LIMITS}

@@ -33,7 +33,13 @@ from ledger.services import ledger_append
 from tests.factories import scenario, serving_by_default
 
 # serialized_rollback: the transactional flush would otherwise drop the seeded task types and roles.
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+# serial: fifty connections per race; two races at once on two pytest-xdist workers passed
+# PostgreSQL's default max_connections (100) and failed with "too many clients already".
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.serial,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
 
 WRITERS = 50
 T = TypeVar("T")
