@@ -44,6 +44,10 @@ from ledger.models import LedgerEntry
 from optgate.wsgi import application
 from tests.factories import backend_fields, decided, ticket_fields
 
+# One process: the closing count of generated requests must see every fuzz test's (under xdist
+# they would be split across workers and the count could not be checked).
+pytestmark = pytest.mark.serial
+
 # Schemathesis sends up to this many generated requests per operation in its fuzzing phase, after
 # its deterministic coverage cases (boundary values, wrong types, missing fields, other methods).
 EXAMPLES_PER_OPERATION = 30
