@@ -191,21 +191,27 @@ def to_jsonl(rows: list[dict[str, Any]]) -> str:
 MAX_DRAWS = 200  # draws per sample before a generator is declared out of fresh prompts
 
 
-def distinct_prompts(count: int, make: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
-    """``count`` rows from ``make(index)``, redrawing a row whose prompt an earlier row already has.
+def distinct_prompts(
+    count: int,
+    make: Callable[[int], dict[str, Any]],
+    taken: frozenset[str] = frozenset(),
+    what: str = "sample",
+) -> list[dict[str, Any]]:
+    """``count`` rows from ``make(index)``, redrawing a row whose prompt ``taken`` or an earlier row
+    already has.
 
     A repeated prompt is the same question asked twice: it adds a paired sample to the statistics
     without adding evidence, so the gate would claim more certainty than the suite holds.
     """
     rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    seen = set(taken)
     for index in range(count):
         for _ in range(MAX_DRAWS):
             row = make(index)
             if row["prompt"] not in seen:
                 break
         else:
-            raise RuntimeError(f"sample {index}: no new prompt in {MAX_DRAWS} draws; widen the slot values")
+            raise RuntimeError(f"{what} {index}: no new prompt in {MAX_DRAWS} draws; widen the slot values")
         seen.add(row["prompt"])
         rows.append(row)
     return rows
@@ -244,19 +250,12 @@ def held_out_rows(
     A sample whose draw repeats a prompt draws again from its own random source, so it stays the same
     sample in every process.
     """
-    rows: list[dict[str, Any]] = []
-    seen = set(taken)
-    for position in range(count):
-        rng = held_out_rng(seed, position)
-        for _ in range(MAX_DRAWS):
-            row = make(rng, position)
-            if row["prompt"] not in seen:
-                break
-        else:
-            raise RuntimeError(f"held-out sample {position}: no new prompt in {MAX_DRAWS} draws; widen the slot values")
-        seen.add(row["prompt"])
-        rows.append(row)
-    return rows
+    sources: dict[int, random.Random] = {}
+
+    def draw(position: int) -> dict[str, Any]:
+        return make(sources.setdefault(position, held_out_rng(seed, position)), position)
+
+    return distinct_prompts(count, draw, taken, what="held-out sample")
 
 
 _FENCE_RE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
