@@ -302,16 +302,18 @@ def evaluate_pair_task(
         outcome.engine_evidence.update(kv_concurrency(outcome.engine_evidence, outcome.requests, suite.max_gen_tokens))
         if open_loop is not None:
             point, point_indexes, rate = open_loop
-            summary = point.summary(side)
+            summary = _point_summary(point, side)
             summary["request_rate"] = rate
             summary["requests"] = [
                 {**r, "sample_id": sample_ids[r["index"]]} for r in point.records(side, point_indexes)
             ]
-            summary["engine"] = point.engine(side)
             outcome.performance["open_loop"] = summary
         if stress is not None:
             plan, stressed = stress
-            outcome.performance["stress"] = {"plan": plan, "point": _point_summary(stressed, side)}
+            outcome.performance["stress"] = {
+                "plan": plan,
+                "point": None if stressed is None else _point_summary(stressed, side),
+            }
         latency = {r["sample_id"]: r["e2e_s"] for r in outcome.requests if r.get("e2e_s") is not None}
         for sample in outcome.samples:
             if sample.sample_id in latency:
@@ -360,9 +362,8 @@ def kv_concurrency(engine: dict[str, Any], requests: list[dict[str, Any]], max_t
     return {"task_context_tokens": float(context), "max_concurrency": float(capacity) / context}
 
 
-def _point_summary(point: InterleavedLoad | None, side: str) -> dict[str, Any] | None:
-    if point is None:
-        return None
+def _point_summary(point: InterleavedLoad, side: str) -> dict[str, Any]:
+    """One side of a further load point: its aggregates and per-block figures, and its engine evidence."""
     summary = point.summary(side)
     summary["engine"] = point.engine(side)
     return summary
