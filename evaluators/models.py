@@ -195,3 +195,30 @@ class SampleRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.sample_id} in run #{self.run_id}"
+
+
+class ParkedEngine(models.Model):
+    """An engine a worker process kept up after its run for the next one (evaluators.warm).
+
+    The engine runs in its own session and outlives a worker process killed outright, so this
+    record is what the worker's next start and the sweeper use to find and kill it.
+    """
+
+    worker = models.CharField(max_length=200, help_text="the worker that parked it, as its attempts name it")
+    host = models.CharField(max_length=200)
+    owner_pid = models.IntegerField(help_text="the worker process holding it")
+    pid = models.IntegerField()
+    pgid = models.IntegerField()
+    port = models.IntegerField()
+    backend = models.ForeignKey("backends.Backend", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    started_for_run = models.ForeignKey(
+        EvaluationRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    parked_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["parked_at"]
+
+    def __str__(self) -> str:
+        return f"parked engine group {self.pgid} of {self.worker}"

@@ -16,17 +16,18 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from backends.engine_args import ensure_model_allowed, validate_engine_args
 from backends.models import Backend
 from backends.prefix_cache import cache_salt
 from core.canonical import canonical_json, sha256_hex
 from core.errors import DomainError, InvalidInput
-from evaluators import pipeline
+from evaluators import pipeline, warm
 from evaluators.engine import AttachedEngine, EngineHandle, EngineStartError, attach_engine, launch_engine
 from evaluators.interleave import BASELINE, CANDIDATE, Endpoint
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
@@ -215,9 +216,52 @@ def _sigterm_cancels() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _open_engine(run: EvaluationRun, attempt: EvaluationAttempt) -> EngineHandle | AttachedEngine:
+def _device() -> Literal["cpu", "gpu"]:
+    return "gpu" if settings.OPTGATE_ENGINE_DEVICE == "gpu" else "cpu"
+
+
+def _launch_key(run: EvaluationRun) -> str | None:
+    """How :mod:`evaluators.warm` recognises this run's engine; None for an attached endpoint, or
+    when the launch itself would fail (the launch then says why)."""
+    if run.attach_base_url:
+        return None
+    backend = run.backend
+    try:
+        model_dir = ensure_model_allowed(backend.model_path, list(settings.OPTGATE_MODEL_ROOTS))
+        engine_args = validate_engine_args(backend.engine_args)
+    except Exception:
+        return None
+    return warm.launch_key(
+        model_dir=model_dir, served_model_name=backend.name, engine_args=engine_args, device=_device()
+    )
+
+
+def _take_warm(runs: Collection[EvaluationRun]) -> tuple[EvaluationRun, EngineHandle, dict[str, Any]] | None:
+    """The parked engine of this worker process when one of ``runs`` would launch exactly it (any
+    other parked engine is stopped before the new starts)."""
+    keys = {key: run for run in runs if (key := _launch_key(run)) is not None}
+    taken = warm.take(*keys)
+    if taken is None:
+        return None
+    key, engine, info = taken
+    return keys[key], engine, info
+
+
+def _open_engine(
+    run: EvaluationRun, attempt: EvaluationAttempt, warm_engine: tuple[EngineHandle, dict[str, Any]] | None = None
+) -> EngineHandle | AttachedEngine:
     if run.attach_base_url:
         return attach_engine(run.attach_base_url, run.attach_model or run.backend.name)
+    if warm_engine is not None:
+        engine, info = warm_engine
+        # The attempt owns the engine now: a lost attempt's recovery kills its group as for a new one.
+        EvaluationAttempt.objects.filter(pk=attempt.pk).update(
+            engine_pid=engine.pid,
+            engine_pgid=engine.pgid,
+            engine_log=info["engine_log"],
+            artifacts={"warm_engine": info},
+        )
+        return engine
     backend = run.backend
     log_path = Path(settings.OPTGATE_ARTIFACTS_DIR) / "runs" / str(run.pk) / f"attempt-{attempt.number}" / "engine.log"
 
@@ -234,9 +278,18 @@ def _open_engine(run: EvaluationRun, attempt: EvaluationAttempt) -> EngineHandle
         log_path=log_path,
         model_roots=list(settings.OPTGATE_MODEL_ROOTS),
         startup_timeout_s=settings.OPTGATE_ENGINE_STARTUP_TIMEOUT_S,
-        device="gpu" if settings.OPTGATE_ENGINE_DEVICE == "gpu" else "cpu",
+        device=_device(),
         on_spawn=record_process,
     )
+
+
+def _park_or_stop(engine: EngineHandle | AttachedEngine, run: EvaluationRun, worker: str, keep: bool) -> None:
+    """Keep the engine up for this worker's next run when the run went well (:mod:`evaluators.warm`), else stop it."""
+    key = _launch_key(run) if keep and isinstance(engine, EngineHandle) else None
+    if key is None or not isinstance(engine, EngineHandle):
+        engine.stop()
+        return
+    warm.park(engine, key=key, worker=worker, run_id=run.pk, backend_id=run.backend_id)
 
 
 def _store_task(run: EvaluationRun, outcome: pipeline.TaskOutcome) -> None:
@@ -310,7 +363,8 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
     try:
         with _sigterm_cancels():
             try:
-                engine = _open_engine(run, attempt)
+                taken = _take_warm([run])
+                engine = _open_engine(run, attempt, taken[1:] if taken else None)
             except EngineStartError as exc:
                 kind = RunErrorKind.START_FAILED if exc.exit_code is not None else RunErrorKind.OTHER
                 raise
@@ -331,7 +385,7 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
         logger.exception("run %s failed", run.pk)
     finally:
         if engine is not None:
-            engine.stop()
+            _park_or_stop(engine, run, worker, keep=status == RunStatus.SUCCEEDED)
     timings["total_s"] = round(time.monotonic() - started, 3)
     return _finish(run, attempt, status, error, kind, timings)
 
@@ -366,9 +420,14 @@ class PairStartError(Exception):
 
 
 def _open_pair(claimed: dict[str, tuple[EvaluationRun, EvaluationAttempt]]) -> dict[str, EngineHandle | AttachedEngine]:
-    """Start both engines at once (start-up dominates on small machines); if either fails, stop the other."""
+    """Start both engines at once (start-up dominates on small machines), or take the one this
+    worker kept warm; if either fails, stop the other."""
+    taken = _take_warm([run for run, _ in claimed.values()])
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-start") as pool:
-        futures = {side: pool.submit(_open_engine, run, attempt) for side, (run, attempt) in claimed.items()}
+        futures = {
+            side: pool.submit(_open_engine, run, attempt, taken[1:] if taken and taken[0] == run else None)
+            for side, (run, attempt) in claimed.items()
+        }
         engines: dict[str, EngineHandle | AttachedEngine] = {}
         errors: dict[str, EngineStartError] = {}
         failure: BaseException | None = None
@@ -437,8 +496,10 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
         outcome = {side: (RunStatus.ERROR, message, RunErrorKind.OTHER) for side in runs}
         logger.exception("pair %s failed", [r.pk for r in runs.values()])
     finally:
-        for engine in engines.values():
-            engine.stop()
+        # The baseline's engine stays up for this worker's next pair when this one went well.
+        went_well = all(status == RunStatus.SUCCEEDED for status, _, _ in outcome.values())
+        for side, engine in engines.items():
+            _park_or_stop(engine, runs[side], worker, keep=went_well and side == BASELINE)
     timings["total_s"] = round(time.monotonic() - started, 3)
     for side, (run, attempt) in claimed.items():
         status, message, error_kind = outcome[side]

@@ -226,6 +226,9 @@ if OPTGATE_ENGINE_DEVICE not in {"cpu", "gpu"}:
     raise ImproperlyConfigured(f"OPTGATE_ENGINE_DEVICE={OPTGATE_ENGINE_DEVICE!r} must be cpu or gpu")
 OPTGATE_ENGINE_STARTUP_TIMEOUT_S = env_int("OPTGATE_ENGINE_STARTUP_TIMEOUT_S", 900, minimum=10)
 OPTGATE_RUN_TIMEOUT_S = env_int("OPTGATE_RUN_TIMEOUT_S", 3600, minimum=60)
+# A worker keeps the engine of its last run up this long for the next run launched the same way
+# (evaluators.warm: consecutive tickets usually share their baseline); 0 stops every engine after its run.
+OPTGATE_WARM_ENGINE_IDLE_S = env_int("OPTGATE_WARM_ENGINE_IDLE_S", 600, minimum=0)
 OPTGATE_HARDWARE_CLASS = env_str("OPTGATE_HARDWARE_CLASS", "cpu-generic") or "cpu-generic"
 
 # Integrations: GitHub deployment protection rules (HMAC secret; callback delivery off by default)

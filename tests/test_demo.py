@@ -9,11 +9,12 @@ TTFT gain), the low-bit candidate stopped with its failing samples kept, the led
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from tests.demo_evidence import LOW_BIT, DemoEvidence
+from tests.demo_evidence import BASELINE, LOW_BIT, DemoEvidence
 from tests.factories import assert_prefix_cache_judged
 
 pytestmark = pytest.mark.engine
@@ -47,3 +48,25 @@ def test_the_demo_decides_its_three_tickets_on_measured_evidence(demo_evidence: 
         if not sample["passed"] and sample["failure_reason"]
     ]
     assert failing
+
+
+def test_the_demos_baseline_engine_starts_once_and_stays_warm_for_each_ticket(demo_evidence: DemoEvidence) -> None:
+    """One GPU worker evaluates the fleet's baseline answers, then the three tickets' pairs: each
+    pair takes the baseline engine the run before it parked (evaluators.warm) instead of starting
+    its own, and measures it afresh."""
+    attempts = demo_evidence.query(
+        "SELECT a.run_id, a.engine_pgid, a.artifacts, a.timings FROM evaluators_evaluationattempt a"
+        " JOIN evaluators_evaluationrun r ON a.run_id = r.id JOIN ledger_backend b ON r.backend_id = b.id"
+        " WHERE b.name = ? AND a.status = 'succeeded' ORDER BY a.id",
+        BASELINE,
+    )
+    assert len(attempts) == 4, [dict(a) for a in attempts]  # the fleet's answers, then one per ticket
+    first, *pairs = attempts
+    assert "warm_engine" not in json.loads(first["artifacts"])
+    previous_run = first["run_id"]
+    for attempt in pairs:
+        warm_engine = json.loads(attempt["artifacts"]).get("warm_engine")
+        assert warm_engine is not None, dict(attempt)
+        assert warm_engine["started_for_run"] == previous_run  # parked by the run just before
+        assert attempt["engine_pgid"] == first["engine_pgid"]  # the same process all along
+        previous_run = attempt["run_id"]

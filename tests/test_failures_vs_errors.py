@@ -140,7 +140,7 @@ def test_a_task_that_breaks_is_stored_with_its_error_and_the_others_are_measured
         sample = pipeline.SampleOutcome("s1", "p", "t", "o", True, 1.0, "", "")
         return pipeline.TaskOutcome(task=slug, suite_version="1", samples=[sample], quality={"n": 1})
 
-    monkeypatch.setattr(services, "_open_engine", lambda run, attempt: _Engine())
+    monkeypatch.setattr(services, "_open_engine", lambda run, attempt, warm_engine=None: _Engine())
     monkeypatch.setattr(services.pipeline, "evaluate_task", evaluate)
     run, _ = services.run_request(backend=baseline, tasks=["knowledge_qa", "compliance_qa"])
     run = services.run_execute(run_id=run.pk)
@@ -162,7 +162,7 @@ def test_a_run_whose_every_task_breaks_is_an_error(baseline: Backend, monkeypatc
     def evaluate(slug: str, **kwargs: Any) -> pipeline.TaskOutcome:
         raise ValueError(f"no samples for {slug}")
 
-    monkeypatch.setattr(services, "_open_engine", lambda run, attempt: _Engine())
+    monkeypatch.setattr(services, "_open_engine", lambda run, attempt, warm_engine=None: _Engine())
     monkeypatch.setattr(services.pipeline, "evaluate_task", evaluate)
     run, _ = services.run_request(backend=baseline, tasks=["knowledge_qa"])
     run = services.run_execute(run_id=run.pk)

@@ -279,7 +279,7 @@ def test_either_message_executes_the_pair_and_reuses_only_the_baselines_quality(
     engines = {BASELINE: _Engine(BASELINE), CANDIDATE: _Engine(CANDIDATE)}
     seen: dict[str, Any] = {}
 
-    def open_engine(run: EvaluationRun, attempt: Any) -> _Engine:
+    def open_engine(run: EvaluationRun, attempt: Any, warm_engine: Any = None) -> _Engine:
         return engines[run.pair_side]
 
     def evaluate(
@@ -318,7 +318,7 @@ def test_a_candidate_that_cannot_start_fails_its_run_as_start_failed_and_stops_t
 ) -> None:
     started = _Engine(BASELINE)
 
-    def open_engine(run: EvaluationRun, attempt: Any) -> _Engine:
+    def open_engine(run: EvaluationRun, attempt: Any, warm_engine: Any = None) -> _Engine:
         if run.pair_side == CANDIDATE:
             raise EngineStartError("engine exited with code 1 during start-up: ValueError: no AVX-512", exit_code=1)
         return started

@@ -12,6 +12,9 @@ scenarios, each asserting its outcome.
 * a larger KV cache relieves a claimed kv_memory bottleneck under its stress profile (long
   documents at a concurrency sized from the baseline's KV capacity);
 * an engine that cannot start is an ``error`` decision naming the root cause from its log.
+
+The scenarios on the ``kit-base`` baseline come first and one after the other: its engine stays
+warm from one to the next (``evaluators.warm``), as it would on a worker between tickets.
 """
 
 from __future__ import annotations
@@ -151,32 +154,6 @@ def test_a_prefix_cache_on_a_workload_with_no_shared_prefix_hits_nothing_and_gai
     assert verdict.status != "pass"
 
 
-def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_profile(kit_backend: Any) -> None:
-    """A baseline whose KV cache holds 3,072 tokens against one holding four times as many: the
-    kv_memory stress profile sends long documents at a concurrency sized to need twice the
-    baseline's cache, the baseline comes under pressure and the candidate does not."""
-    baseline = kit_backend("kit-base-small-kv", num_gpu_blocks_override=24)
-    candidate = kit_backend("kit-base-large-kv", num_gpu_blocks_override=96)
-    base_run, cand_run = _pair(
-        baseline, candidate, ["code_assistant"], stress="kv_memory", open_loop_requests=0, quality_samples=QUALITY_FEW
-    )
-    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
-    stress = TaskResult.objects.get(run=cand_run).performance["stress"]
-    assert stress["plan"]["kv_capacity_tokens"] == 24 * 128 and stress["plan"]["concurrency"] >= 4
-    assert len(stress["point"]["blocks"]) == 4
-
-    evidence = TaskEvidence(
-        "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
-    )
-    assert evidence.cand.engine["max_concurrency"] == pytest.approx(4 * evidence.base.engine["max_concurrency"])
-    squeezed = evidence.base.stress
-    assert squeezed is not None
-    assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_waiting_peak"] > 0, squeezed.engine
-    verdict = judge_task(POLICY, evidence, role="beneficiary", bottleneck="kv_memory")
-    kv = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
-    assert kv.status == "pass", kv.reason
-
-
 def test_a_context_cut_fails_the_long_task_on_refusals_and_the_fitting_task_is_still_judged(
     kit_backend: Any, erin: User
 ) -> None:
@@ -226,3 +203,29 @@ def test_an_engine_that_cannot_start_is_an_error_decision_with_its_root_cause(ki
     decision = decisions.decision_make(ticket=ticket)
     assert decision.outcome == DecisionOutcome.ERROR
     assert "max_model_len" in decision.reasons[1]
+
+
+def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_profile(kit_backend: Any) -> None:
+    """A baseline whose KV cache holds 3,072 tokens against one holding four times as many: the
+    kv_memory stress profile sends long documents at a concurrency sized to need twice the
+    baseline's cache, the baseline comes under pressure and the candidate does not."""
+    baseline = kit_backend("kit-base-small-kv", num_gpu_blocks_override=24)
+    candidate = kit_backend("kit-base-large-kv", num_gpu_blocks_override=96)
+    base_run, cand_run = _pair(
+        baseline, candidate, ["code_assistant"], stress="kv_memory", open_loop_requests=0, quality_samples=QUALITY_FEW
+    )
+    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
+    stress = TaskResult.objects.get(run=cand_run).performance["stress"]
+    assert stress["plan"]["kv_capacity_tokens"] == 24 * 128 and stress["plan"]["concurrency"] >= 4
+    assert len(stress["point"]["blocks"]) == 4
+
+    evidence = TaskEvidence(
+        "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
+    )
+    assert evidence.cand.engine["max_concurrency"] == pytest.approx(4 * evidence.base.engine["max_concurrency"])
+    squeezed = evidence.base.stress
+    assert squeezed is not None
+    assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_waiting_peak"] > 0, squeezed.engine
+    verdict = judge_task(POLICY, evidence, role="beneficiary", bottleneck="kv_memory")
+    kv = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
+    assert kv.status == "pass", kv.reason

@@ -5,7 +5,8 @@ One flow per fault, each asserting that nothing is lost and nothing is done twic
 - a ticket submitted through the API while Redis is down is persisted, and once Redis is back it
   gets both runs, a decision and a verified ledger (a duplicated run message changes nothing);
 - the GPU worker SIGKILLed mid-evaluation: the run is recovered and finishes exactly once, and
-  no vLLM process is left behind;
+  no vLLM process is left behind (nor the engine it then kept warm, once killed again and restarted);
+- the baseline's engine stays warm after a pair, and stops with its worker;
 - the engine killed mid-run: the run ends ``error`` with the engine's last log lines, and can be
   retried;
 - a *needs evidence* ticket evaluated again through the API gets two new runs, measured by the
@@ -41,7 +42,7 @@ from backends import services as backend_services
 from backends.models import Backend
 from evaluators import processes
 from evaluators import services as run_services
-from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, TaskResult
+from evaluators.models import EvaluationAttempt, EvaluationRun, ParkedEngine, RunStatus, TaskResult
 from gates.models import GateDecision, ReleaseTicket, TicketStatus
 from gates.services import evaluation
 from gates.services import tickets as gate_services
@@ -340,10 +341,19 @@ def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
         assert run.attempts.count() == 1
         assert TaskResult.objects.filter(run=run).count() == 1
         assert LedgerEntry.objects.filter(kind="evaluation.succeeded", subject_id=str(run.pk)).count() == 1
-        assert not group_alive(run.attempts.get().engine_pgid)
     assert GateDecision.objects.filter(ticket=ticket).count() == 1
     assert LedgerEntry.objects.filter(kind="ticket.evaluation_requested", subject_id=str(ticket.pk)).count() == 1
     assert ledger_verify().ok
+
+    # The candidate's engine stopped with its run; the baseline's stays warm for the next pair,
+    # recorded, until the worker stops (its pool process kills it on the way out).
+    candidate_pgid = ticket.candidate_run.attempts.get().engine_pgid
+    baseline_pgid = ticket.baseline_run.attempts.get().engine_pgid
+    assert not group_alive(candidate_pgid)
+    assert group_alive(baseline_pgid)
+    assert list(ParkedEngine.objects.values_list("pgid", flat=True)) == [baseline_pgid]
+    workers["gpu"].stop()
+    wait_for("the parked engine to stop with its worker", lambda: not group_alive(baseline_pgid), 60, 1)
 
 
 def test_a_needs_evidence_ticket_evaluated_again_is_measured_afresh_by_the_workers(
@@ -428,7 +438,17 @@ def test_a_worker_sigkilled_mid_evaluation_finishes_the_run_exactly_once_and_lea
     assert "lost" in attempts[0].error
     assert TaskResult.objects.filter(run=run).count() == 1
     assert LedgerEntry.objects.filter(kind="evaluation.succeeded", subject_id=str(run.pk)).count() == 1
-    assert not any(group_alive(a.engine_pgid) for a in attempts)
+    assert not group_alive(attempts[0].engine_pgid)
+
+    # The finished run's engine is parked for the next run. A worker killed outright cannot stop
+    # it; its next start finds the record and does.
+    parked = attempts[1].engine_pgid
+    assert group_alive(parked) and ParkedEngine.objects.filter(pgid=parked).exists()
+    workers["gpu"].sigkill()
+    assert group_alive(parked)
+    workers["gpu"].start()
+    wait_for("the parked engine of the killed worker to be reaped", lambda: not group_alive(parked), 60, 1)
+    assert not ParkedEngine.objects.exists()
 
 
 def test_an_engine_killed_mid_run_ends_the_run_in_error_with_its_log_and_it_can_be_retried(

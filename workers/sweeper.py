@@ -10,7 +10,9 @@
   finished is checked (judged) again;
 - a backend whose engine-argument check is still pending well after registration (its message
   was lost) is sent to the check again;
-- an A/A calibration whose two runs have finished gets its noise floors.
+- an A/A calibration whose two runs have finished gets its noise floors;
+- an engine a worker process kept warm (evaluators.warm) whose process is gone, or whose idle
+  timeout passed long ago, is killed (on this host).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from backends.models import ArgsCheckStatus, EngineArgsCheck
 from backends.vllm_check import CHECK_TIMEOUT_S
 from core import queue
 from evaluators import services as run_services
+from evaluators import warm
 from evaluators.models import FINISHED_STATUSES, EvaluationRun, RunStatus
 from gates.models import Calibration, CalibrationStatus, ReleaseTicket, TicketStatus
 from gates.services.calibration import calibration_finish
@@ -52,6 +55,7 @@ class SweepReport:
     checked: list[int] = field(default_factory=list)
     args_checks: list[int] = field(default_factory=list)
     calibrated: list[int] = field(default_factory=list)
+    parked_killed: list[int] = field(default_factory=list)
 
 
 def sweep(*, now: datetime | None = None) -> SweepReport:
@@ -109,6 +113,17 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
     for backend_id in lost_checks:
         queue.enqueue(queue.CHECK_BACKEND_ARGS, backend_id)  # the check returns quietly once done
         report.args_checks.append(backend_id)
-    if any((report.resent, report.requeued, report.failed, report.dispatched, report.args_checks, report.calibrated)):
+    report.parked_killed = warm.reap(now=now)
+    if any(
+        (
+            report.resent,
+            report.requeued,
+            report.failed,
+            report.dispatched,
+            report.args_checks,
+            report.calibrated,
+            report.parked_killed,
+        )
+    ):
         logger.info("sweep: %s", report)
     return report

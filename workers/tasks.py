@@ -8,16 +8,19 @@ transient causes are retried.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import OperationalError, close_old_connections
 
 from backends.services import backend_args_check
 from backends.vllm_check import CHECK_TIMEOUT_S
 from core import queue
+from evaluators import warm
 from gates.services import calibration, evaluation, github, reviews
 from gates.services.notifications import TransientDeliveryError, notification_deliver
 from ledger import checkpoints
@@ -167,6 +170,9 @@ def _recover_on_start(sender: Any = None, **kwargs: Any) -> None:
     if not nodename:
         return
     try:
+        killed = warm.reap()
+        if killed:
+            logger.warning("worker %s: killed parked engines of dead worker processes: %s", nodename, killed)
         recovered = services.worker_recover(nodename=nodename)
         if recovered:
             logger.warning("worker %s: re-queued runs lost by a previous process: %s", nodename, recovered)
@@ -174,3 +180,23 @@ def _recover_on_start(sender: Any = None, **kwargs: Any) -> None:
         logger.exception("worker %s: recovery on start failed", nodename)
     finally:
         close_old_connections()
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _stop_parked_engine(**kwargs: Any) -> None:
+    """A stopping worker process stops the engine it kept warm (a killed one leaves it to warm.reap)."""
+    warm.stop_parked()
+
+
+@worker_process_init.connect
+def _parked_engine_dies_with_its_process(**kwargs: Any) -> None:
+    """Celery resets SIGTERM in pool processes so that they die at once; this one first kills the
+    engine it kept warm (a run in progress has its own handler: evaluators.services)."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        warm.kill_parked_now()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
