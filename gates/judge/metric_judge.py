@@ -45,7 +45,7 @@ def judge_metric(
         return judge_score(rule, ev.task, ev, seed, n_boot)
     if spec.family == "latency":
         base, cand = getattr(ev.base, spec.field), getattr(ev.cand, spec.field)
-        return judge_ratio(rule, spec, ev.task, base, cand, seed, n_boot, "ms")
+        return judge_ratio(rule, spec, ev.task, base, cand, seed, n_boot, "ms", ev.base.chunks)
     if spec.family == "throughput":
         base_tp, cand_tp = ev.base.output_throughput, ev.cand.output_throughput
         if ev.base.blocks and ev.cand.blocks and isinstance(base_tp, Sequence) and isinstance(cand_tp, Sequence):

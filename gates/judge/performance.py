@@ -17,22 +17,43 @@ from gates.judge.wording import amount, rel_ci, signed
 from gates.policy.metrics import MetricSpec
 from gates.policy.rules import TaskPolicy
 
+# Fewer interleaved chunks than this resample too coarsely as whole chunks: pairs are resampled.
+MIN_CHUNKS = 4
+
 
 def judge_ratio(
-    rule: Rule, spec: MetricSpec, task: str, base_raw: Samples, cand_raw: Samples, seed: int, n_boot: int, unit: str
+    rule: Rule,
+    spec: MetricSpec,
+    task: str,
+    base_raw: Samples,
+    cand_raw: Samples,
+    seed: int,
+    n_boot: int,
+    unit: str,
+    chunks: Mapping[str, int] | None = None,
 ) -> MetricVerdict:
-    """Latency or throughput lists: bootstrap interval of the ratio of a statistic."""
+    """Latency or throughput lists: bootstrap interval of the ratio of a statistic.
+
+    Latencies of interleaved blocks pair by sample id, and with ``chunks`` (each sample's chunk:
+    the two blocks, one per side, that sent it) whole chunks are resampled: requests of one block
+    share the machine's state while it ran, so they are not independent draws, and an interval
+    that treats them as such finds two identical engines "different" whenever one block was
+    unlucky."""
     paired = isinstance(base_raw, Mapping) and isinstance(cand_raw, Mapping)
+    clusters: list[int] | None = None
     if paired:
         pairing = pair_samples(base_raw, cand_raw)
         base_values, cand_values = [float(v) for v in pairing.base], [float(v) for v in pairing.cand]
+        common = sorted(set(base_raw) & set(cand_raw), key=str)  # pair_samples' order
+        if chunks and all(key in chunks for key in common) and len({chunks[k] for k in common}) >= MIN_CHUNKS:
+            clusters = [chunks[key] for key in common]
     else:
         base_values, cand_values = sample_values(base_raw), sample_values(cand_raw)
     if not base_values or not cand_values:
         return missing(rule, task, "measurement")
     stat = spec.stat or "mean"
     try:
-        result = bootstrap_ratio(base_values, cand_values, stat, rule.confidence, n_boot, seed, paired)  # type: ignore[arg-type]
+        result = bootstrap_ratio(base_values, cand_values, stat, rule.confidence, n_boot, seed, paired, clusters)  # type: ignore[arg-type]
     except ValueError as exc:
         return missing(rule, task, f"usable measurement ({exc})")
     # "Good" scale: + means better. Latency: 1 − ratio (faster); throughput: ratio − 1.
@@ -45,6 +66,8 @@ def judge_ratio(
     change = result.effect - 1
     rel_interval = (result.interval[0] - 1, result.interval[1] - 1)
     counts = f"{result.n_base} paired samples" if paired else f"{result.n_base} vs {result.n_cand} measurements"
+    if clusters is not None:
+        counts += f" in {len(set(clusters))} interleaved chunks"
     sentence = (
         f"{rule.label} went from {amount(result.baseline, unit)} to {amount(result.candidate, unit)} "
         f"({signed(change * 100)}%, {rel_ci(rel_interval, rule.confidence)}) over {counts}, "

@@ -46,6 +46,8 @@ class RunTaskEvidence:
     output_throughput: float | Sequence[float] | None = None
     # Measured in interleaved blocks: per-block figures pair with the other side's by position.
     blocks: bool = False
+    # Interleaved: each load sample's chunk (the pair of blocks, one per side, that sent it).
+    chunks: Mapping[str, int] = field(default_factory=dict)
     # How far the side's block medians wandered (``evaluators.interleave.drift``).
     drift: Mapping[str, float | None] = field(default_factory=dict)
     # Engine counters: prefix_cache_hit_rate, spec_decode_acceptance_rate, preemptions, ...

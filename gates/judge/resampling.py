@@ -59,6 +59,21 @@ def _bootstrap_replicates(
     return base_reps, cand_reps
 
 
+def _cluster_replicates(
+    base: np.ndarray, cand: np.ndarray, clusters: np.ndarray, stat: Stat, n_boot: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Paired replicates that resample whole clusters (the interleaved chunks), so what a block
+    shares (the machine's state while it ran) varies between replicates as it did between blocks."""
+    members = [np.flatnonzero(clusters == label) for label in np.unique(clusters)]
+    base_reps = np.empty(n_boot)
+    cand_reps = np.empty(n_boot)
+    for row, draw in enumerate(rng.integers(0, len(members), size=(n_boot, len(members)))):
+        index = np.concatenate([members[k] for k in draw])
+        base_reps[row] = _statistic(base[index], stat)
+        cand_reps[row] = _statistic(cand[index], stat)
+    return base_reps, cand_reps
+
+
 def _percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
     alpha = 1 - confidence
     lower, upper = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
@@ -169,20 +184,28 @@ def bootstrap_ratio(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = 0,
     paired: bool = False,
+    clusters: Values | None = None,
 ) -> BootstrapResult:
     """Bootstrap percentile interval for ``stat(cand) / stat(base)`` (latency or throughput).
 
     Unpaired by default (requests of a load test are not matched one to one); ``paired=True``
     resamples the same indices from both, which needs equal lengths and is used when the values
-    are aligned by sample id. A baseline statistic of zero makes the ratio undefined and raises.
+    are aligned by sample id. ``clusters`` (paired only: each pair's interleaved chunk) resamples
+    whole chunks instead of single pairs. A baseline statistic of zero makes the ratio undefined
+    and raises.
     """
     check_confidence(confidence)
     base, cand = _as_arrays(base_values, cand_values, "values", paired=paired)
+    labels = None if clusters is None else np.asarray(clusters)
+    if labels is not None and (not paired or labels.shape != base.shape):
+        raise ValueError("clusters need paired values, one label per pair")
     base_stat = float(_statistic(base, stat))
     cand_stat = float(_statistic(cand, stat))
     if base_stat <= 0:
         raise ValueError(f"baseline {stat} is {base_stat}; a ratio needs a positive baseline")
     rng = np.random.default_rng(seed)
+    if labels is not None:
+        return _cluster_ratio(base, cand, labels, stat, confidence, n_boot, seed, rng, base_stat, cand_stat)
     base_reps, cand_reps = _bootstrap_replicates(base, cand, stat, n_boot, rng, paired)
     # A replicate whose baseline statistic is zero cannot form a ratio; treat it as unbounded.
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -202,6 +225,58 @@ def bootstrap_ratio(
         seed=seed,
         paired=paired,
         std_error=float(finite.std(ddof=1)) if finite.size > 1 else math.inf,
+    )
+
+
+def _cluster_ratio(
+    base: np.ndarray,
+    cand: np.ndarray,
+    labels: np.ndarray,
+    stat: Stat,
+    confidence: float,
+    n_boot: int,
+    seed: int,
+    rng: np.random.Generator,
+    base_stat: float,
+    cand_stat: float,
+) -> BootstrapResult:
+    """The ratio with whole chunks resampled. With as few as four to eight chunks a percentile
+    interval is too narrow (an A/A pair with block effects came out "different" in 17 % of
+    simulated comparisons at 95 %), so the interval is t-based on the log ratio: the bootstrap's
+    standard error, inflated by sqrt(K / (K - 1)), times Student's t with K - 1 degrees of freedom
+    (9 % there; 2.5 % with milder block effects; tests/test_block_bootstrap.py)."""
+    chunks = len(np.unique(labels))
+    test = f"block bootstrap of the ratio of {stat}s over {chunks} interleaved chunks"
+    base_reps, cand_reps = _cluster_replicates(base, cand, labels, stat, n_boot, rng)
+    usable = (base_reps > 0) & (cand_reps > 0)
+    effect = cand_stat / base_stat
+    if cand_stat <= 0 or usable.sum() < 2:
+        low, high, p_value, std_error = 0.0, math.inf, 1.0, math.inf
+    else:
+        log_se = float(np.log(cand_reps[usable] / base_reps[usable]).std(ddof=1)) * math.sqrt(chunks / (chunks - 1))
+        estimate = math.log(effect)
+        if log_se == 0:
+            low = high = effect
+            p_value = 1.0 if estimate == 0 else 0.0
+        else:
+            half = float(sps.t.ppf(0.5 + confidence / 2, chunks - 1)) * log_se
+            low, high = math.exp(estimate - half), math.exp(estimate + half)
+            p_value = float(2 * sps.t.sf(abs(estimate) / log_se, chunks - 1))
+        std_error = effect * log_se
+    return BootstrapResult(
+        test=test,
+        n_base=int(base.size),
+        n_cand=int(cand.size),
+        baseline=base_stat,
+        candidate=cand_stat,
+        effect=effect,
+        interval=(low, high),
+        p_value=p_value,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        paired=True,
+        std_error=std_error,
     )
 
 

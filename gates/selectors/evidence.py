@@ -72,6 +72,7 @@ def _load_evidence(
         requests=[_timing(r) for r in records],
         output_throughput=performance.get("block_output_throughput") or performance.get("output_token_throughput"),
         blocks=bool(performance.get("blocks")),
+        chunks={str(r["sample_id"]): int(r["chunk"]) for r in records if paired and "sample_id" in r and "chunk" in r},
         drift=performance.get("drift") or {},
         engine=engine,
         open_loop=None
