@@ -69,7 +69,8 @@ class Command(BaseCommand):
         concurrency = int(DEFAULT_LOAD_PROFILE["concurrency"])
         with tempfile.TemporaryDirectory(prefix="bench-interleave-") as tmp:
             started = time.monotonic()
-            engines = self._start_two(kit.path(BASE), kit.root, Path(tmp))
+            model = kit.path(BASE)
+            engines = self._start_two(model, kit.root, Path(tmp))
             start_s = time.monotonic() - started
             try:
                 sampling = {"temperature": options["temperature"]}
@@ -80,7 +81,7 @@ class Command(BaseCommand):
                     f"temperature {options['temperature']:g}"
                 )
                 self.stdout.write(f"two engines up in {start_s:.0f} s (started together)")
-                widths: dict[str, list[float]] = {"sequential": [], "interleaved": []}
+                widths: dict[str, list[float]] = {"sequential": [], "interleaved": [], "by chunks": []}
                 load_s: list[float] = []
                 for repeat in range(options["repeats"]):
                     begun = time.monotonic()
@@ -92,35 +93,51 @@ class Command(BaseCommand):
                         {BASELINE: a, CANDIDATE: b}, requests, concurrency=concurrency, seed=0
                     )  # prepare() again is a no-op: the sampling params are already on the requests
                     interleaved = (load.records(BASELINE, indexes), load.records(CANDIDATE, indexes))
+                    chunks = {ids[r["index"]]: int(r["chunk"]) for r in interleaved[0]}
                     for way, (base, cand) in (("sequential", sequential), ("interleaved", interleaved)):
                         for key, stat in METRICS:
                             pair = (_by_id(ids, base, key), _by_id(ids, cand, key))
                             widths[way].append(self._line(repeat, way, key, stat, *pair))
+                            if way == "interleaved":  # as the judge reads it: whole chunks resampled
+                                widths["by chunks"].append(self._line(repeat, "by chunks", key, stat, *pair, chunks))
                 with tempfile.TemporaryDirectory() as work:
                     begun = time.monotonic()
                     quality_phase(suite, base_url=a.base_url, model=a.model, concurrency=4, workdir=Path(work))
                     quality_s = time.monotonic() - begun
+                # The next decision with the baseline kept warm (evaluators.warm): only the
+                # candidate's engine starts, next to the baseline's idle one.
+                engines[1].stop()
+                begun = time.monotonic()
+                engines[1] = self._start(model, kit.root, Path(tmp), "aa-b")
+                warm_start_s = time.monotonic() - begun
             finally:
                 for engine in engines:
                     engine.stop()
-        self._summary(widths, start_s, quality_s, statistics.mean(load_s))
+        self._summary(widths, start_s, warm_start_s, quality_s, statistics.mean(load_s))
+
+    def _start(self, model: Path, root: Path, logs: Path, name: str) -> EngineHandle:
+        return launch_engine(
+            model_path=model,
+            served_model_name=name,
+            engine_args=ENGINE_ARGS,
+            log_path=logs / f"{name}.log",
+            model_roots=[root],
+            env_extra=self.env_extra,
+        )
 
     def _start_two(self, model: Path, root: Path, logs: Path) -> list[EngineHandle]:
-        def start(name: str) -> EngineHandle:
-            return launch_engine(
-                model_path=model,
-                served_model_name=name,
-                engine_args=ENGINE_ARGS,
-                log_path=logs / f"{name}.log",
-                model_roots=[root],
-                env_extra=self.env_extra,
-            )
-
         with ThreadPoolExecutor(max_workers=2) as pool:
-            return list(pool.map(start, ["aa-a", "aa-b"]))
+            return list(pool.map(lambda name: self._start(model, root, logs, name), ["aa-a", "aa-b"]))
 
     def _line(
-        self, repeat: int, way: str, key: str, stat: Stat, base: dict[str, float], cand: dict[str, float]
+        self,
+        repeat: int,
+        way: str,
+        key: str,
+        stat: Stat,
+        base: dict[str, float],
+        cand: dict[str, float],
+        chunks: dict[str, int] | None = None,
     ) -> float:
         common = sorted(set(base) & set(cand))
         result = bootstrap_ratio(
@@ -131,6 +148,7 @@ class Command(BaseCommand):
             2000,
             7,
             True,
+            [chunks[i] for i in common] if chunks else None,
         )
         low, high = result.interval
         name = f"{key.removesuffix('_s').upper()} {'P50' if stat == 'median' else stat.upper()}"
@@ -140,21 +158,33 @@ class Command(BaseCommand):
         )
         return high - low
 
-    def _summary(self, widths: dict[str, list[float]], start_s: float, quality_s: float, load_s: float) -> None:
-        seq, inter = statistics.mean(widths["sequential"]), statistics.mean(widths["interleaved"])
+    def _summary(
+        self, widths: dict[str, list[float]], start_s: float, warm_start_s: float, quality_s: float, load_s: float
+    ) -> None:
+        seq, inter, chunked = (statistics.mean(widths[way]) for way in ("sequential", "interleaved", "by chunks"))
         self.stdout.write(
-            f"mean interval width: sequential {seq:.3f}, interleaved {inter:.3f} (ratio {inter / seq:.2f})"
+            f"mean interval width: sequential {seq:.3f}, interleaved {inter:.3f} (ratio {inter / seq:.2f}), "
+            f"interleaved with whole chunks resampled (the judge) {chunked:.3f} (ratio {chunked / seq:.2f})"
         )
-        # Engine-seconds per decision (engines up × time), from the phases measured above. One engine's
-        # start is half the two-engine start measured together, on this machine's shared cores.
+        # Per decision, from the phases measured above: engine-seconds (engines up × time) and the
+        # worker's own time. One engine's start is half the two-engine start measured together.
         one_start = start_s / 2
-        before_fresh = 2 * (one_start + quality_s + load_s)
-        before_reused = one_start + quality_s + load_s
-        after = 2 * (start_s + quality_s + 2 * load_s)
+        measuring = quality_s + 2 * load_s  # the candidate's quality (the baseline's is reused), both loads
+        rows = [
+            (
+                "before, fresh baseline (two runs)",
+                2 * (one_start + quality_s + load_s),
+                2 * (one_start + quality_s + load_s),
+            ),
+            ("before, baseline run reused", one_start + quality_s + load_s, one_start + quality_s + load_s),
+            ("after, pair with both engines started", 2 * (start_s + measuring), start_s + measuring),
+            ("after, pair with the baseline kept warm", 2 * (warm_start_s + measuring), warm_start_s + measuring),
+        ]
+        for name, engine_s, worker_s in rows:
+            self.stdout.write(f"per decision, {name:<42} {engine_s:4.0f} engine-s, {worker_s:4.0f} s of the worker")
         self.stdout.write(
-            f"engine time per decision: before {before_fresh:.0f} engine-s (fresh baseline) / {before_reused:.0f} "
-            f"(baseline run reused); after {after:.0f} engine-s (pair: both engines up, baseline quality reused) — "
-            f"start {start_s:.0f} s for two, quality {quality_s:.0f} s, load {load_s:.0f} s per side"
+            f"  (start {start_s:.0f} s for two together, {warm_start_s:.0f} s for one next to a warm one; "
+            f"quality {quality_s:.0f} s, load {load_s:.0f} s per side)"
         )
 
 
