@@ -11,12 +11,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gates.judge.metric_judge import judge_metric
 from gates.judge.performance import judge_ratio
+from gates.judge.records import RunTaskEvidence, TaskEvidence
 from gates.judge.resampling import bootstrap_ratio
 from gates.judge.rules import Rule
 from gates.policy.metrics import metric_spec
+from gates.policy.parse import load_policy
 
 CHUNKS, PER_CHUNK = 8, 12
+CODE = load_policy("default").task("code_assistant")
 
 
 def aa_blocks(seed: int, block_sigma: float = 0.3) -> tuple[list[float], list[float], list[int]]:
@@ -79,3 +83,30 @@ def test_the_judge_resamples_chunks_of_interleaved_latency_and_says_so() -> None
     two = {key: value % 2 for key, value in chunks.items()}
     verdict = judge_ratio(rule, spec, "code_assistant", base, cand, 0, 500, "ms", two)
     assert verdict.test.startswith("paired bootstrap")
+
+
+def _engine_evidence(base: dict[str, list[float | None]], cand: dict[str, list[float | None]]) -> TaskEvidence:
+    def side(blocks: dict[str, list[float | None]]) -> RunTaskEvidence:
+        point = {key: max((v for v in values if v is not None), default=0.0) for key, values in blocks.items()}
+        return RunTaskEvidence(engine=point, engine_blocks=blocks, blocks=True)
+
+    return TaskEvidence(task="code_assistant", base=side(base), cand=side(cand))
+
+
+def test_engine_figures_of_interleaved_blocks_get_an_interval_from_the_block_pairs() -> None:
+    assert CODE is not None
+    rule = Rule(metric="queue_time_p95", kind="guardrail", label="queue time P95", margin=0.2)
+    evidence = _engine_evidence(
+        {"engine_queue_p95_ms": [10.0, 12.0, 11.0, 9.0]}, {"engine_queue_p95_ms": [10.5, 11.0, 12.0, 9.5]}
+    )
+    verdict = judge_metric(rule, evidence, CODE)
+    assert verdict.test == "paired t-interval of the log ratio over 4 interleaved block pairs"
+    assert verdict.interval is not None
+
+    # A counter at 0 in the blocks (no ratio to form) and a configuration figure: one point per side.
+    rule = Rule(metric="preemptions", kind="guardrail", label="preemptions", margin=0.2)
+    zeros = _engine_evidence({"preemptions": [0.0, 0.0, 0.0, 0.0]}, {"preemptions": [0.0, 0.0, 1.0, 0.0]})
+    assert judge_metric(rule, zeros, CODE).test.startswith("point comparison")
+    rule = Rule(metric="max_concurrency", kind="guardrail", label="max concurrency", margin=0.2)
+    levels = _engine_evidence({"max_concurrency": [4.0] * 4}, {"max_concurrency": [16.0] * 4})
+    assert judge_metric(rule, levels, CODE).test.startswith("point comparison")

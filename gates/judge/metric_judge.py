@@ -56,6 +56,28 @@ def judge_metric(
     if spec.family == "goodput":
         return judge_goodput(rule, ev.task, ev, task_policy, seed, n_boot)
     unit = "%" if spec.field.endswith(("_rate", "_usage")) else " ms" if spec.field.endswith("_ms") else ""
+    per_block = _block_pairs(ev, spec.field)
+    if per_block is not None:
+        return judge_blocks(rule, spec, ev.task, *per_block, unit)
     return judge_point(
         rule, ev.task, ev.base.engine.get(spec.field), ev.cand.engine.get(spec.field), unit, spec.higher_is_better
     )
+
+
+# Engine figures of the configuration (the same in every block): one point per side says it all.
+CONFIGURATION_FIGURES = ("kv_capacity_tokens", "max_concurrency")
+
+
+def _block_pairs(ev: TaskEvidence, key: str) -> tuple[list[float], list[float]] | None:
+    """Both sides' per-block values of an engine figure, paired by chunk, when at least two pairs
+    are positive on both sides (a ratio needs them); otherwise None and the judge compares the
+    sides' single figures (a counter at 0, a configuration figure)."""
+    if key in CONFIGURATION_FIGURES:
+        return None
+    base, cand = ev.base.engine_blocks.get(key), ev.cand.engine_blocks.get(key)
+    if not base or not cand or len(base) != len(cand):
+        return None
+    pairs = [(float(b), float(c)) for b, c in zip(base, cand, strict=True) if b and c and b > 0 and c > 0]
+    if len(pairs) < 2:
+        return None
+    return [b for b, _ in pairs], [c for _, c in pairs]

@@ -52,6 +52,8 @@ class RunTaskEvidence:
     drift: Mapping[str, float | None] = field(default_factory=dict)
     # Engine counters: prefix_cache_hit_rate, spec_decode_acceptance_rate, preemptions, ...
     engine: Mapping[str, float] = field(default_factory=dict)
+    # The same per interleaved block, in chunk order (block k pairs with the other side's block k).
+    engine_blocks: Mapping[str, Sequence[float | None]] = field(default_factory=dict)
     error: str | None = None
     # The engine exited while starting: its configuration cannot serve on this hardware.
     start_failed: bool = False

@@ -75,6 +75,7 @@ def _load_evidence(
         chunks={str(r["sample_id"]): int(r["chunk"]) for r in records if paired and "sample_id" in r and "chunk" in r},
         drift=performance.get("drift") or {},
         engine=engine,
+        engine_blocks=_engine_blocks(performance.get("blocks") or []),
         open_loop=None
         if not open_loop
         else _load_evidence(
@@ -89,6 +90,16 @@ def _load_evidence(
         if not (point := stress.get("point"))
         else _load_evidence(run, [], point, _numbers(point.get("engine"))),
     )
+
+
+def _engine_blocks(blocks: list[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """Each engine figure per interleaved block, in chunk order."""
+    ordered = sorted(blocks, key=lambda block: block.get("chunk", 0))
+    keys = {key for block in ordered for key in (block.get("engine") or {})}
+    return {
+        key: [v if isinstance(v := (block.get("engine") or {}).get(key), int | float) else None for block in ordered]
+        for key in keys
+    }
 
 
 def _numbers(values: dict[str, Any] | None) -> dict[str, float]:
