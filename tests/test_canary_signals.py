@@ -26,6 +26,7 @@ from gates.policy.parse import load_policy
 from gates.selectors.verdicts import backend_verdict
 from gates.services import canary, routing, signoff
 from tests.factories import decided
+from tests.prometheus_server import free_port
 from workers import tasks
 
 pytestmark = pytest.mark.django_db
@@ -244,3 +245,17 @@ def test_the_beat_queues_a_round_once_per_interval_and_only_with_prometheus(
     ):
         tasks.schedule_canary_rounds()
     delay.assert_called_once_with(in_canary.pk)
+
+
+def test_the_worker_records_an_error_round_when_nobody_answers_and_raises_for_a_retry(
+    in_canary: ReleaseTicket, settings: Any
+) -> None:
+    settings.OPTGATE_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    ReleaseTicket.objects.filter(pk=in_canary.pk).update(canary_started_at=timezone.now() - timedelta(minutes=10))
+    with pytest.raises(canary.CanaryRoundError, match="could not be reached"):
+        tasks.run_canary_round(in_canary.pk)
+    round_ = CanaryRound.objects.get(ticket=in_canary)
+    assert (round_.verdict, round_.action) == ("error", "retry") and "could not be reached" in round_.error
+    tasks.run_canary_round(in_canary.pk)  # the same message again: the round is not due, nothing runs
+    assert CanaryRound.objects.filter(ticket=in_canary).count() == 1
+    assert backend_verdict(backend_name=in_canary.candidate.name).verdict == "canary_error"
