@@ -23,6 +23,8 @@ OPEN_DUE_REVIEWS = "optgate.open_due_reviews"
 REMIND_REVIEWS = "optgate.remind_reviews"
 LEDGER_CHECKPOINT = "optgate.ledger_checkpoint"
 CHECK_BACKEND_ARGS = "optgate.check_backend_args"
+SCHEDULE_CANARY_ROUNDS = "optgate.schedule_canary_rounds"
+RUN_CANARY_ROUND = "optgate.run_canary_round"
 
 
 def enqueue(name: str, *args: Any, task_id: str | None = None) -> None:

@@ -3,7 +3,8 @@
 Everything is read from the database at scrape time (the database is the record of work), so
 every web process reports the same numbers and nothing is lost on restart: tickets by state,
 evaluation runs by status, the evaluation queue depth (queued runs, and the age of the oldest),
-evaluation durations as a histogram, decisions by outcome, notifications waiting.
+evaluation durations as a histogram, decisions by outcome, notifications waiting, and the
+business-signal counts systems without Prometheus posted (``optgate_outcome_total``).
 
 ``prometheus_client`` renders the exposition (a custom collector on a private registry).
 When ``settings.OPTGATE_METRICS_TOKEN`` is set, scrapes must send ``Authorization: Bearer <token>``.
@@ -25,7 +26,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from evaluators.models import FINISHED_STATUSES, EvaluationRun, RunStatus
-from gates.models import DecisionOutcome, GateDecision, Notification, ReleaseTicket, TicketStatus
+from gates.canary.contract import OUTCOME_METRIC
+from gates.models import DecisionOutcome, GateDecision, Notification, OutcomeCount, ReleaseTicket, TicketStatus
 
 # Evaluations take minutes to hours: buckets from 30 s to 4 h.
 DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
@@ -99,7 +101,24 @@ def collect_families() -> list[Family]:
     ]
     families.append(_duration_histogram())
     families.append(_notifications_pending())
+    families.append(_posted_outcomes())
     return families
+
+
+def _posted_outcomes() -> Family:
+    """Business-signal counts posted through the API, under the contract's own name (docs/canary.md)."""
+    rows = OutcomeCount.objects.order_by("task", "backend", "tenant", "outcome").values_list(
+        "task", "backend", "tenant", "outcome", "total"
+    )
+    return Family(
+        OUTCOME_METRIC,
+        "counter",
+        "Answered requests by outcome, as posted to /api/v1/canary/outcomes/.",
+        [
+            ({"task": task, "backend": backend, "tenant": tenant, "outcome": outcome}, float(total))
+            for task, backend, tenant, outcome, total in rows.iterator()
+        ],
+    )
 
 
 def _duration_histogram() -> Family:

@@ -274,6 +274,11 @@ OPTGATE_APPROVAL_TTL_DAYS = env_int("OPTGATE_APPROVAL_TTL_DAYS", 30, minimum=1)
 OPTGATE_AUTO_PROMOTE_RISK_TIERS = env_list("OPTGATE_AUTO_PROMOTE_RISK_TIERS", [])
 if set(OPTGATE_AUTO_PROMOTE_RISK_TIERS) - {"low", "medium", "high"}:
     raise ImproperlyConfigured("OPTGATE_AUTO_PROMOTE_RISK_TIERS takes low, medium and/or high")
+# Canary analysis rounds query this Prometheus (its HTTP API; docs/canary.md). Unset: no rounds run.
+OPTGATE_PROMETHEUS_URL = (env_str("OPTGATE_PROMETHEUS_URL", "") or "").rstrip("/")
+if OPTGATE_PROMETHEUS_URL and not OPTGATE_PROMETHEUS_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OPTGATE_PROMETHEUS_URL must be an http(s) URL")
+OPTGATE_PROMETHEUS_TIMEOUT_S = env_int("OPTGATE_PROMETHEUS_TIMEOUT_S", 10, minimum=1)
 OPTGATE_NOTIFY_WEBHOOK_URL = env_str("OPTGATE_NOTIFY_WEBHOOK_URL", "") or ""
 if OPTGATE_NOTIFY_WEBHOOK_URL and not OPTGATE_NOTIFY_WEBHOOK_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("OPTGATE_NOTIFY_WEBHOOK_URL must be an http(s) URL")

@@ -9,7 +9,7 @@ from accounts.api import ApiTokenViewSet
 from accounts.api_roles import PersonViewSet
 from accounts.views import RateLimitedLoginView
 from backends.api import BackendViewSet
-from gates.api import calibrations, integrations
+from gates.api import calibrations, canary, integrations
 from gates.api.policies import PolicyViewSet
 from gates.api.reviews import ReviewViewSet
 from gates.api.routes import RouteViewSet
@@ -49,6 +49,9 @@ urlpatterns = [
         integrations.github_deployment_protection,
         name="github-deployment-protection",
     ),
+    path("api/v1/canary/outcomes/", canary.canary_outcomes, name="canary-outcomes"),
+    # Ahead of the router, like the calibrations below.
+    path("api/v1/tickets/<int:pk>/canary-rounds/", canary.ticket_canary_rounds, name="ticket-canary-rounds"),
     # Ahead of the router: a backend's calibrations, by its name.
     path("api/v1/backends/<slug:name>/calibrate/", calibrations.backend_calibrate, name="backend-calibrate"),
     path(

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run the test suite: static checks, then pytest in two invocations, each listing its slowest tests:
 #
-#   1. the fast tests (not marked engine, worker, browser or serial) spread over pytest-xdist workers:
+#   1. the fast tests (not marked engine, worker, browser, prometheus or serial) spread over pytest-xdist workers:
 #      OPTGATE_TEST_WORKERS of them (default: the CPUs this process may use; 0 or 1 = one process);
-#   2. the slow marked tests (engine, worker, browser) and those marked serial in one process, one
+#   2. the slow marked tests (engine, worker, browser, prometheus) and those marked serial in one process, one
 #      after the other: two vLLM engines already use both cores of a CI box, the demo behind the
 #      real-engine tests runs once per session, and the PostgreSQL concurrency races open fifty
 #      connections each.
@@ -57,11 +57,13 @@ with_slow=$([ "${OPTGATE_TEST_SLOW:-1}" != "0" ] && echo 1 || echo 0)
 if [ "$with_slow" = 1 ]; then
   # Browser tests drive Debian's Chromium; installed here (as root) when missing.
   timed "browser install" scripts/install-browser.sh || exit 1
+  # The canary-analysis tests start Debian's Prometheus server; installed here (as root) when missing.
+  timed "prometheus install" scripts/install-prometheus.sh || exit 1
 fi
 
 # --- the two pytest invocations -----------------------------------------------------------------
 
-SLOW="engine or worker or browser or serial"
+SLOW="engine or worker or browser or prometheus or serial"
 
 # PYTEST_ADDOPTS split as pytest splits it (shlex), then the arguments: one list, with the last -m
 # taken out (pytest keeps only the last one too).

@@ -25,7 +25,7 @@ from gates.services import tickets as gate_services
 from tests.factories import backend_fields, ticket_fields
 
 # The demo's session-wide run and the evidence it measured, for the real-engine tests.
-pytest_plugins = ["tests.demo_evidence"]
+pytest_plugins = ["tests.demo_evidence", "tests.prometheus_server"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

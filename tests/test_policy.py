@@ -114,6 +114,12 @@ CS_GUARD = ("tasks", "cs_summary", "guardrails", 0)
         (("dry_run",), "no", "dry_run", "true or false"),
         (("version",), DELETE, "version", "is required"),
         (("tasks",), {}, "tasks", "non-empty mapping"),
+        (("canary", "signals", 0, "metric"), "latency", "canary.signals[0].metric", "unknown canary signal"),
+        (("canary", "signals", 1, "margin"), DELETE, "canary.signals[1].margin", "is required"),
+        (("canary", "signals"), [], "canary.signals", "non-empty list"),
+        (("canary", "interval_minutes"), 0, "canary.interval_minutes", "between 0.05 and 1440"),
+        (("canary", "auto_rollback"), "yes", "canary.auto_rollback", "true or false"),
+        (("canary", "peak_hours"), [9, 17], "canary.peak_hours", "unknown key"),
     ],
 )
 def test_it_names_the_path_and_problem(keys: tuple, value: object, path: str, problem: str) -> None:

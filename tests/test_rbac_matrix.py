@@ -106,6 +106,7 @@ def row(name: str, method: str, state: str, cells: str, variant: str = "") -> Ro
 #   and changes nothing (403). The "person" state is the owner.
 # - flagger: a gateway's token only (header or metadata.token); a session is not accepted.
 # - github: an HMAC signature only; without one every caller gets 401.
+# - canary-outcomes POST: business-signal counts come from engineers' and admins' tokens (a gateway's).
 # - metrics: aggregate counts for Prometheus, open unless OPTGATE_METRICS_TOKEN is set (row
 #   "metrics GET token" pins that a configured token shuts everyone else out).
 # - schema / api-docs: the API description, public by design (no data).
@@ -133,6 +134,9 @@ MATRIX: tuple[Row, ...] = (
     row("ticket-start-canary",          "POST",  "approved",  "401   403   403   200   200   200"),
     row("ticket-promote",               "POST",  "canary",    "401   403   403   403   200   200"),
     row("ticket-roll-back",             "POST",  "canary",    "401   403   403   200   200   200"),
+    row("ticket-canary-rounds",         "GET",   "canary",    "401   200   200   200   200   200"),
+    row("canary-outcomes",              "GET",   "-",         "401   200   200   200   200   200"),
+    row("canary-outcomes",              "POST",  "-",         "401   403   201   201   403   201"),
     row("ticket-decision",              "GET",   "evaluated", "401   200   200   200   200   200"),
     row("ticket-plan",                  "GET",   "draft",     "401   200   200   200   200   200"),
     row("ticket-sign-off",              "POST",  "evaluated", "401   403   403   403   201   403"),
@@ -472,6 +476,9 @@ BODIES: dict[str, Body] = {
     "backend-calibrate POST": lambda w, _: {"tasks": ["code_assistant"]},
     "ui:backend-calibrate POST": lambda w, _: {"tasks": ["code_assistant"]},
     "ticket-list POST": lambda w, _: _api_ticket(w),
+    "canary-outcomes POST": lambda w, _: {
+        "counts": [{"task": "cs_summary", "backend": w.baseline.name, "tenant": "acme", "outcome": "ok", "count": 1}]
+    },
     "ticket-detail PATCH": lambda w, _: {"title": "Renamed"},
     "ticket-request-evidence POST": lambda w, _: {"reason": "run 200 more samples"},
     "ticket-roll-back POST": lambda w, _: {"reason": "p95 regressed on tenant-a"},

@@ -58,6 +58,7 @@ def test_every_schedule_is_installed_once_and_again_idempotently() -> None:
     assert set(tasks.values()) == {
         "optgate.sweep",
         "optgate.close_observation_windows",
+        "optgate.schedule_canary_rounds",
         "optgate.open_due_reviews",
         "optgate.remind_reviews",
         "optgate.ledger_checkpoint",
@@ -80,9 +81,10 @@ def test_it_prompts_promotion_once_when_the_observation_window_ends(
     assert ticket.status == TicketStatus.CANARY
 
 
-def test_it_promotes_automatically_where_the_policy_allows(
+def test_time_alone_never_promotes_even_where_the_policy_allows_automatic_promotion(
     draft: ReleaseTicket, erin: User, rita: User, settings: Any
 ) -> None:
+    # Automatic promotion is the canary rounds' to make, on evidence (tests/test_canary_rounds.py).
     settings.OPTGATE_AUTO_PROMOTE_RISK_TIERS = ["low", "medium", "high"]
     with time_machine.travel(T0, tick=False):
         ticket = _walk(draft, erin, rita, *TO_CANARY)
@@ -90,9 +92,10 @@ def test_it_promotes_automatically_where_the_policy_allows(
         time_machine.travel(T0 + timedelta(hours=73), tick=False),
         mock.patch("gates.services.routing.routes_promote") as promote,
     ):
-        assert reviews.observation_windows_close() == [(ticket.pk, "promoted")]
-    promote.assert_called_once()
-    assert promote.call_args.kwargs["actor"] is None
+        assert reviews.observation_windows_close() == [(ticket.pk, "prompted")]
+    promote.assert_not_called()
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.CANARY
 
 
 def test_a_quarterly_review_falls_due_with_reminders_until_done(draft: ReleaseTicket, erin: User, rita: User) -> None:

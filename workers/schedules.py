@@ -54,6 +54,12 @@ SCHEDULES: tuple[Schedule, ...] = (
         "prompt (or auto-promote) canary tickets whose observation window has ended",
     ),
     Schedule(
+        "optgate: canary analysis rounds",
+        queue.SCHEDULE_CANARY_ROUNDS,
+        Every(60),
+        "queue an analysis round for every canary ticket due one (the policy's canary.interval_minutes)",
+    ),
+    Schedule(
         "optgate: open due reviews",
         queue.OPEN_DUE_REVIEWS,
         Cron(minute="7", hour="*/6"),

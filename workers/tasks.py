@@ -21,7 +21,7 @@ from backends.services import backend_args_check
 from backends.vllm_check import CHECK_TIMEOUT_S
 from core import queue
 from evaluators import warm
-from gates.services import calibration, evaluation, github, reviews
+from gates.services import calibration, canary, evaluation, github, reviews
 from gates.services.notifications import TransientDeliveryError, notification_deliver
 from ledger import checkpoints
 from workers import services, sweeper
@@ -135,6 +135,33 @@ def sweep() -> None:
 def close_observation_windows() -> None:
     """Prompt (or auto-promote) canary tickets whose observation window has ended."""
     reviews.observation_windows_close()
+
+
+@shared_task(name=queue.SCHEDULE_CANARY_ROUNDS, **COMMON, soft_time_limit=60, time_limit=90)
+def schedule_canary_rounds() -> None:
+    """Queue one analysis round for every canary ticket whose round is due."""
+    for ticket_id in canary.canary_rounds_due():
+        run_canary_round.delay(ticket_id)
+
+
+@shared_task(
+    name=queue.RUN_CANARY_ROUND,
+    bind=True,
+    **COMMON,
+    soft_time_limit=300,
+    time_limit=360,
+    autoretry_for=(canary.CanaryRoundError, *TRANSIENT),
+    retry_backoff=15,
+    retry_backoff_max=120,
+    max_retries=3,
+)
+def run_canary_round(self: Any, ticket_id: int) -> None:
+    """Run the ticket's canary analysis round when due; a round Prometheus could not answer is
+    recorded as an error and retried (a retry runs at once: its round is due by definition)."""
+    if self.request.retries:
+        canary.canary_round_run(ticket_id=ticket_id)
+    else:
+        canary.canary_round_if_due(ticket_id=ticket_id)
 
 
 @shared_task(name=queue.OPEN_DUE_REVIEWS, **COMMON, soft_time_limit=120, time_limit=180)

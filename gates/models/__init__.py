@@ -1,6 +1,7 @@
 """The gates app's models, one module per part of the domain; imported here so Django finds them."""
 
 from gates.models.calibrations import Calibration, CalibrationStatus
+from gates.models.canary import CanaryRound, OutcomeCount, RoundAction, RoundVerdict
 from gates.models.decisions import (
     DecisionOutcome,
     EvidenceAcceptance,
@@ -30,6 +31,7 @@ __all__ = [
     "Bottleneck",
     "Calibration",
     "CalibrationStatus",
+    "CanaryRound",
     "DecisionOutcome",
     "EvidenceAcceptance",
     "GateDecision",
@@ -39,6 +41,7 @@ __all__ = [
     "Mechanism",
     "Notification",
     "NotificationAttempt",
+    "OutcomeCount",
     "ReasonCode",
     "ReleaseTicket",
     "Review",
@@ -47,6 +50,8 @@ __all__ = [
     "ReviewStatus",
     "ReviewerCapacity",
     "RiskTier",
+    "RoundAction",
+    "RoundVerdict",
     "Route",
     "RouteTableVersion",
     "SignOff",

@@ -12,6 +12,8 @@ class ReviewReason(models.TextChoices):
     APPROVAL_EXPIRED = "approval_expired"
     ENGINE_CHANGED = "engine_changed"
     HARDWARE_CHANGED = "hardware_changed"
+    # A canary round broke a critical guardrail and the policy leaves the rollback to reviewers.
+    CANARY_GUARDRAIL = "canary_guardrail"
 
 
 class ReviewOutcome(models.TextChoices):

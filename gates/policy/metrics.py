@@ -86,3 +86,36 @@ def metric_spec(name: str) -> MetricSpec:
 def is_quality(name: str) -> bool:
     """Quality metrics are the ones quantization and the critical flag protect."""
     return METRIC_SPECS[name].family in ("pass_fail", "score")
+
+
+@dataclass(frozen=True)
+class CanarySignalSpec:
+    """A signal a canary analysis round reads from Prometheus (``gates.canary.queries``).
+
+    ``rate``: the share of a slice's requests with ``outcome`` (lower is better, judged in points);
+    ``latency``: a quantile of the request-duration histogram's ``phase`` (relative margin).
+    """
+
+    name: str
+    family: Literal["rate", "latency"]
+    label: str
+    outcome: str = ""
+    phase: str = ""
+    quantile: float = 0.0
+
+
+CANARY_SIGNALS: dict[str, CanarySignalSpec] = {
+    spec.name: spec
+    for spec in (
+        CanarySignalSpec("error_rate", "rate", "error rate", outcome="error"),
+        CanarySignalSpec("parse_error_rate", "rate", "structured-output parse-error rate", outcome="parse_error"),
+        CanarySignalSpec("refusal_rate", "rate", "refusal rate", outcome="refusal"),
+        CanarySignalSpec("tool_arg_error_rate", "rate", "tool-argument error rate", outcome="tool_arg_error"),
+        CanarySignalSpec("human_return_rate", "rate", "human-return rate", outcome="human_return"),
+        CanarySignalSpec("ttft_p50", "latency", "TTFT P50", phase="ttft", quantile=0.5),
+        CanarySignalSpec("ttft_p95", "latency", "TTFT P95", phase="ttft", quantile=0.95),
+        CanarySignalSpec("e2e_p50", "latency", "E2E latency P50", phase="e2e", quantile=0.5),
+        CanarySignalSpec("e2e_p95", "latency", "E2E latency P95", phase="e2e", quantile=0.95),
+        CanarySignalSpec("e2e_p99", "latency", "E2E latency P99", phase="e2e", quantile=0.99),
+    )
+}

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gates.policy.metrics import METRIC_SPECS, is_quality
+from gates.policy.metrics import CANARY_SIGNALS, METRIC_SPECS, is_quality
 from gates.policy.rules import (
     BOTTLENECKS,
     MAX_N_BOOT,
@@ -30,6 +30,8 @@ from gates.policy.rules import (
     REFUSE_UNSETTLEABLE_CHOICES,
     TASK_NAME,
     BottleneckRule,
+    CanaryRule,
+    CanarySignal,
     EvidenceRule,
     MeasurementRule,
     MetricRule,
@@ -274,6 +276,63 @@ def _power_plan(v: _Validator, raw: Any) -> PowerPlanRule:
     return PowerPlanRule(discordance_default=discordance, refuse_unsettleable=refuse)
 
 
+def _canary(v: _Validator, raw: Any) -> CanaryRule:
+    keys = {
+        "interval_minutes",
+        "min_requests_per_round",
+        "min_requests",
+        "max_inconclusive_rounds",
+        "auto_rollback",
+        "signals",
+    }
+    raw = v.mapping(raw or {}, "canary", keys)
+    defaults = CanaryRule()
+    signals = defaults.signals
+    if "signals" in raw:
+        items = raw.get("signals")
+        if not isinstance(items, list) or not items:
+            v.error("canary.signals", "must be a non-empty list of signals")
+            items = []
+        parsed: list[CanarySignal] = []
+        for index, item in enumerate(items):
+            path = f"canary.signals[{index}]"
+            item = v.mapping(item, path, {"metric", "label", "margin", "confidence", "critical"}, {"metric", "margin"})
+            if not item:
+                continue
+            metric = item.get("metric")
+            if not isinstance(metric, str) or metric not in CANARY_SIGNALS:
+                v.error(f"{path}.metric", f"unknown canary signal {metric!r} (known: {', '.join(CANARY_SIGNALS)})")
+                continue
+            if any(signal.metric == metric for signal in parsed):
+                v.error(f"{path}.metric", f"{metric} is listed twice")
+                continue
+            parsed.append(
+                CanarySignal(
+                    metric=metric,
+                    label=v.string(item.get("label"), f"{path}.label", CANARY_SIGNALS[metric].label),
+                    margin=v.number(item.get("margin"), f"{path}.margin", 0, 1, 0.0),
+                    confidence=v.number(item.get("confidence"), f"{path}.confidence", 0.5, 1, 0.95, open_high=True),
+                    critical=v.boolean(item.get("critical"), f"{path}.critical", False),
+                )
+            )
+        signals = tuple(parsed)
+    return CanaryRule(
+        # Down to 3 s so a test can run rounds over a few seconds of scrapes; a real canary uses minutes.
+        interval_minutes=v.number(
+            raw.get("interval_minutes"), "canary.interval_minutes", 0.05, 1440, defaults.interval_minutes
+        ),
+        min_requests_per_round=v.integer(
+            raw.get("min_requests_per_round"), "canary.min_requests_per_round", 1, defaults.min_requests_per_round
+        ),
+        min_requests=v.integer(raw.get("min_requests"), "canary.min_requests", 1, defaults.min_requests),
+        max_inconclusive_rounds=v.integer(
+            raw.get("max_inconclusive_rounds"), "canary.max_inconclusive_rounds", 0, defaults.max_inconclusive_rounds
+        ),
+        auto_rollback=v.boolean(raw.get("auto_rollback"), "canary.auto_rollback", defaults.auto_rollback),
+        signals=signals,
+    )
+
+
 def policy_from_dict(document: Any, source: str | None = None) -> Policy:
     """Validate a parsed policy document; raise :class:`PolicyError` listing every problem."""
     v = _Validator()
@@ -295,6 +354,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         "measurement",
         "evidence",
         "power_plan",
+        "canary",
         "stats",
     }
     raw = v.mapping(document, "", top, {"name", "version", "tasks"})
@@ -343,6 +403,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         measurement=measurement,
         evidence=EvidenceRule(owner_imported=owner_imported),
         power_plan=power_plan,
+        canary=_canary(v, raw.get("canary")),
         n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000, high=MAX_N_BOOT),
         seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
         source=source,

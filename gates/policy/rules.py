@@ -151,6 +151,50 @@ class PowerPlanRule:
 
 
 @dataclass(frozen=True)
+class CanarySignal:
+    """One guardrail of a canary round: the candidate slice may not be worse than the baseline's
+    beyond ``margin`` (points for rates, relative for latencies); ``critical`` rolls the task back."""
+
+    metric: str
+    label: str
+    margin: float
+    confidence: float = 0.95
+    critical: bool = False
+
+
+DEFAULT_CANARY_SIGNALS = (
+    CanarySignal("error_rate", "error rate", 0.01, critical=True),
+    CanarySignal("parse_error_rate", "structured-output parse-error rate", 0.02, critical=True),
+    CanarySignal("tool_arg_error_rate", "tool-argument error rate", 0.02, critical=True),
+    CanarySignal("refusal_rate", "refusal rate", 0.02),
+    CanarySignal("human_return_rate", "human-return rate", 0.02),
+    CanarySignal("ttft_p95", "TTFT P95", 0.5),
+    CanarySignal("e2e_p95", "E2E latency P95", 0.5),
+)
+
+
+@dataclass(frozen=True)
+class CanaryRule:
+    """Live analysis during the canary (``gates.services.canary``, docs/canary.md).
+
+    Every ``interval_minutes`` a round compares each canary task's candidate slice (the canary
+    tenants on the candidate) with its baseline slice over the last interval. A slice with fewer
+    than ``min_requests_per_round`` requests is inconclusive; more than ``max_inconclusive_rounds``
+    inconclusive rounds in a row pause the canary for people. A critical signal broken rolls that
+    task back to the rollback target when ``auto_rollback``, else proposes it in a review.
+    Promotion needs the window's end, every round passed, and ``min_requests`` candidate requests
+    per task over the canary: time alone never promotes.
+    """
+
+    interval_minutes: float = 5.0
+    min_requests_per_round: int = 50
+    min_requests: int = 1000
+    max_inconclusive_rounds: int = 3
+    auto_rollback: bool = False
+    signals: tuple[CanarySignal, ...] = DEFAULT_CANARY_SIGNALS
+
+
+@dataclass(frozen=True)
 class Policy:
     """A validated, versioned gate policy."""
 
@@ -166,6 +210,7 @@ class Policy:
     measurement: MeasurementRule = field(default_factory=MeasurementRule)
     evidence: EvidenceRule = field(default_factory=EvidenceRule)
     power_plan: PowerPlanRule = field(default_factory=PowerPlanRule)
+    canary: CanaryRule = field(default_factory=CanaryRule)
     n_boot: int = 2000
     seed: int = 0
     source: str | None = field(default=None, compare=False)

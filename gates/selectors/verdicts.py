@@ -6,7 +6,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from backends.selectors import backend_get
-from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
+from gates.models import (
+    CanaryRound,
+    DecisionOutcome,
+    GateDecision,
+    ReleaseTicket,
+    RoundAction,
+    RoundVerdict,
+    TicketStatus,
+)
 from gates.selectors.decisions import decision_current
 
 # Verdicts beyond the decision outcomes, for states where nothing binding exists yet.
@@ -31,6 +39,8 @@ class BackendVerdict:
     decision: int | None = None
     proposed_outcome: str | None = None
     reason: str = ""
+    # The latest canary analysis round, while the ticket is in canary: {round, verdict, action, at, reason}.
+    live: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,4 +106,48 @@ def backend_verdict(*, backend_name: str, route: str | None = None) -> BackendVe
             verdict.reason += f"; {task} is {'in' if verdict.allowed else 'not in'} it"
     else:
         verdict.reason = f"ticket #{ticket.pk} rejected"
+    if ticket.status == TicketStatus.CANARY:
+        _follow_canary(verdict, ticket, task)
     return verdict
+
+
+def _follow_canary(verdict: BackendVerdict, ticket: ReleaseTicket, task: str | None) -> None:
+    """During the canary the latest analysis round decides too: the signed verdict allows at most
+    what the live evidence allows. No round yet: the signed verdict alone, as before the canary."""
+    rounds = CanaryRound.objects.filter(ticket=ticket)
+    if ticket.canary_started_at is not None:
+        rounds = rounds.filter(started_at__gte=ticket.canary_started_at)
+    latest = rounds.order_by("-number").first()
+    if latest is None:
+        return
+    verdict.live = {
+        "round": latest.number,
+        "verdict": latest.verdict,
+        "action": latest.action,
+        "at": latest.window_end.isoformat(),
+        "reason": latest.reason,
+    }
+    if not verdict.allowed:
+        return
+    paused = rounds.filter(action=RoundAction.PAUSE).order_by("number").first()
+    if latest.verdict == RoundVerdict.ERROR:
+        blocked, why = "canary_error", f"canary round {latest.number} could not measure: {latest.error}"
+    elif paused is not None:
+        blocked, why = "canary_paused", f"canary paused at round {paused.number}: {paused.reason}"
+    elif task is not None:
+        # The latest round that judged this task (a task rolled back drops out of later rounds).
+        judged = next((r for r in rounds.order_by("-number") if task in r.tasks), None)
+        status = judged.tasks[task].get("status") if judged else None
+        if judged is None or status == "pass":
+            verdict.reason += f"; canary round {latest.number}: {task} passed" if judged else ""
+            return
+        blocked = f"canary_{status}"
+        why = f"canary round {judged.number}: {judged.tasks[task].get('reason', status)}"
+    elif latest.verdict == RoundVerdict.PASS:
+        verdict.reason += f"; canary round {latest.number} passed"
+        return
+    else:
+        blocked, why = f"canary_{latest.verdict}", f"canary round {latest.number}: {latest.reason}"
+    verdict.allowed = False
+    verdict.verdict = blocked
+    verdict.reason = why

@@ -34,12 +34,13 @@ def review_open(
 ) -> Review | None:
     """Open a review and notify the owner and reviewers; None when one is already open for this reason."""
     with transaction.atomic(durable=True):
-        return _review_open_within(ticket=ticket, reason=reason, details=details, due_at=due_at)
+        return review_open_within(ticket=ticket, reason=reason, details=details, due_at=due_at)
 
 
-def _review_open_within(
+def review_open_within(
     *, ticket: ReleaseTicket, reason: str, details: dict[str, object] | None = None, due_at: datetime | None = None
 ) -> Review | None:
+    """``review_open`` inside the caller's transaction (a canary round opens one with its record)."""
     now = timezone.now()
     try:
         # A savepoint: a duplicate open review (the constraint) undoes only this, not the caller's work.
@@ -139,34 +140,17 @@ def approvals_expire(*, now: datetime | None = None) -> list[Review]:
     return opened
 
 
-def _auto_promotes(ticket: ReleaseTicket) -> bool:
-    tiers = set(settings.OPTGATE_AUTO_PROMOTE_RISK_TIERS)
-    touched = {t.risk_tier for t in ticket.beneficiary_tasks.all()} | {t.risk_tier for t in ticket.risk_tasks.all()}
-    return bool(tiers) and touched <= tiers
-
-
 def observation_windows_close(*, now: datetime | None = None) -> list[tuple[int, str]]:
-    """Canary tickets whose observation window has ended: promote (policy allows) or prompt once."""
+    """Canary tickets whose observation window has ended: prompt the owner and reviewers once.
+
+    Time alone never promotes: promotion on evidence is the canary rounds' (``gates.services.canary``),
+    automatic only for the risk tiers in ``OPTGATE_AUTO_PROMOTE_RISK_TIERS``.
+    """
     now = now or timezone.now()
     done: list[tuple[int, str]] = []
     for ticket in ReleaseTicket.objects.filter(status=TicketStatus.CANARY).select_related("owner"):
         started = ticket.canary_started_at
         if started is None or started + timedelta(hours=ticket.observation_window_hours) > now:
-            continue
-        if _auto_promotes(ticket):
-            try:
-                routing.routes_promote(ticket=ticket, actor=None, reason="observation window ended; auto-promoted")
-            except DomainError:
-                continue
-            with transaction.atomic():
-                notify(
-                    event="ticket.promoted",
-                    subject=f"Ticket #{ticket.pk} promoted to default",
-                    text=f"{ticket.title}: observation window ended, promoted automatically.",
-                    users=[ticket.owner, *_reviewers()],
-                    ticket=ticket,
-                )
-            done.append((ticket.pk, "promoted"))
             continue
         if Notification.objects.filter(ticket=ticket, event="ticket.promotion_due", created_at__gte=started).exists():
             continue  # prompted once for this canary period
@@ -175,7 +159,7 @@ def observation_windows_close(*, now: datetime | None = None) -> list[tuple[int,
                 event="ticket.promotion_due",
                 subject=f"Ticket #{ticket.pk}: observation window ended",
                 text=f"{ticket.title} has been in canary for {ticket.observation_window_hours} h: promote it to "
-                "default or roll it back.",
+                "default or roll it back, on the canary rounds' evidence.",
                 users=[ticket.owner, *_reviewers()],
                 ticket=ticket,
             )
@@ -273,6 +257,6 @@ def review_complete(
             },
         )
         if outcome == ReviewOutcome.OBSERVE_MORE:
-            _review_open_within(ticket=ticket, reason=locked.reason, details={"follows": review.pk, "comment": comment})
+            review_open_within(ticket=ticket, reason=locked.reason, details={"follows": review.pk, "comment": comment})
     review.refresh_from_db()
     return review

@@ -146,25 +146,41 @@ def routes_promote(*, ticket: ReleaseTicket, actor: Actor, reason: str = "") -> 
     dropped, since the default route now covers them.
     """
     with transaction.atomic(durable=True):
-        locked = _locked(ticket)
-        if locked.status != TicketStatus.CANARY:
-            raise DomainError(f"ticket #{locked.pk} is {locked.status}; only a canary is promoted")
-        started = locked.canary_started_at
-        ends = started + timedelta(hours=locked.observation_window_hours) if started else None
-        if ends is not None and timezone.now() < ends:
-            raise DomainError(f"the observation window of ticket #{locked.pk} runs until {ends.isoformat()}")
-        tasks = _signed_tasks(locked)
-        ticket_transition_within(ticket=locked, action="promote", actor=actor, reason=reason)
-        changes: dict[Scope, Backend | None] = {(task, ""): locked.candidate for task in tasks}
-        for route in route_table().filter(task__slug__in=tasks, backend=locked.candidate).exclude(tenant=""):
-            changes[(route.task.slug, route.tenant)] = None
-        _write_version(
-            changes=changes,
-            kind="promote",
-            actor=actor,
-            ticket=locked,
-            reason=reason or f"ticket #{locked.pk} promoted after its observation window",
-        )
+        return routes_promote_within(ticket=ticket, actor=actor, reason=reason)
+
+
+def routes_promote_within(*, ticket: ReleaseTicket, actor: Actor, reason: str = "") -> ReleaseTicket:
+    """``routes_promote`` inside the caller's transaction (a canary round commits it with its record).
+
+    Only the tasks still routed to the candidate move: a task a canary round rolled back stays on
+    the rollback target.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("routes_promote_within must run inside the caller's transaction")
+    locked = _locked(ticket)
+    if locked.status != TicketStatus.CANARY:
+        raise DomainError(f"ticket #{locked.pk} is {locked.status}; only a canary is promoted")
+    started = locked.canary_started_at
+    ends = started + timedelta(hours=locked.observation_window_hours) if started else None
+    if ends is not None and timezone.now() < ends:
+        raise DomainError(f"the observation window of ticket #{locked.pk} runs until {ends.isoformat()}")
+    signed = _signed_tasks(locked)
+    on_candidate = set(
+        route_table().filter(task__slug__in=signed, backend=locked.candidate).values_list("task__slug", flat=True)
+    )
+    # A canary without tenants moved no route; then every signed task is promoted.
+    tasks = [task for task in signed if task in on_candidate] or signed
+    ticket_transition_within(ticket=locked, action="promote", actor=actor, reason=reason)
+    changes: dict[Scope, Backend | None] = {(task, ""): locked.candidate for task in tasks}
+    for route in route_table().filter(task__slug__in=tasks, backend=locked.candidate).exclude(tenant=""):
+        changes[(route.task.slug, route.tenant)] = None
+    _write_version(
+        changes=changes,
+        kind="promote",
+        actor=actor,
+        ticket=locked,
+        reason=reason or f"ticket #{locked.pk} promoted after its observation window",
+    )
     return locked
 
 

@@ -49,7 +49,9 @@ ACTION_ROLES: dict[str, set[str]] = {
     "request_evidence": {"system", REVIEWER, ADMIN},
     "start_canary": {"owner", REVIEWER, ADMIN},
     "promote": {"system", REVIEWER, ADMIN},
-    "roll_back": {"owner", REVIEWER, ADMIN},
+    # The system rolls a task back when a canary round breaks a critical guardrail and the policy
+    # says so (``canary.auto_rollback``); otherwise a review proposes it to people.
+    "roll_back": {"owner", "system", REVIEWER, ADMIN},
     "retire": {REVIEWER, ADMIN},
 }
 # Sign-off actions: separation of duties forbids the owner from taking them on their own ticket.

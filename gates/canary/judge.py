@@ -1,0 +1,120 @@
+"""Judging one task in one canary round: the candidate slice against the baseline slice.
+
+Each signal of the policy's ``canary`` section is a guardrail judged by the gate's own judge:
+bad-outcome rates with ``gates.judge.counts`` (an interval of the difference, in points), latency
+quantiles from the histograms with ``judge_point`` (one figure per slice, a relative margin). A
+slice with fewer requests than the policy's per-round minimum is inconclusive, never a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gates.canary.queries import SliceNumbers
+from gates.judge.counts import judge_bad_rate
+from gates.judge.performance import judge_point
+from gates.judge.records import MetricVerdict, unmeasured_verdict
+from gates.judge.rules import Rule
+from gates.policy.metrics import CANARY_SIGNALS
+from gates.policy.rules import CanaryRule
+
+# Worst first: the task's status is its worst verdict.
+SEVERITY = ("error", "fail", "inconclusive", "pass")
+
+
+@dataclass
+class TaskRound:
+    """A task's result in one round."""
+
+    task: str
+    status: str
+    verdicts: list[MetricVerdict]
+    candidate: SliceNumbers
+    baseline: SliceNumbers
+    critical_failures: list[str] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        """The verdict that decided the status, in words (a critical failure before any other)."""
+        deciding = [verdict for verdict in self.verdicts if verdict.status == self.status]
+        deciding.sort(key=lambda verdict: not verdict.critical)
+        if deciding:
+            return deciding[0].reason
+        return f"{self.task}: every canary signal within its margin."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "critical_failures": self.critical_failures,
+            "reason": self.reason,
+            "candidate": self.candidate.to_dict(),
+            "baseline": self.baseline.to_dict(),
+            "verdicts": [verdict.to_dict() for verdict in self.verdicts],
+        }
+
+
+def latency_quantiles(rule: CanaryRule) -> list[tuple[str, str, float]]:
+    """(signal, histogram phase, quantile) of every latency signal the policy judges."""
+    specs = [CANARY_SIGNALS[signal.metric] for signal in rule.signals]
+    return [(spec.name, spec.phase, spec.quantile) for spec in specs if spec.family == "latency"]
+
+
+def judge_task_round(task: str, *, candidate: SliceNumbers, baseline: SliceNumbers, rule: CanaryRule) -> TaskRound:
+    """Judge every canary signal of ``task``; the task's status is the worst verdict."""
+    verdicts: list[MetricVerdict] = []
+    for signal in rule.signals:
+        spec = CANARY_SIGNALS[signal.metric]
+        judged = Rule(
+            metric=signal.metric,
+            kind="guardrail",
+            label=signal.label,
+            confidence=signal.confidence,
+            margin=signal.margin,
+            critical=signal.critical,
+            min_n=rule.min_requests_per_round,
+            source="canary",
+        )
+        if spec.family == "rate":
+            verdicts.append(
+                judge_bad_rate(
+                    judged,
+                    task,
+                    base_events=baseline.outcomes.get(spec.outcome, 0),
+                    base_n=baseline.requests,
+                    cand_events=candidate.outcomes.get(spec.outcome, 0),
+                    cand_n=candidate.requests,
+                )
+            )
+            continue
+        fewest = min(candidate.requests, baseline.requests)
+        if fewest < rule.min_requests_per_round:
+            # One quantile per slice has no interval: the per-round minimum is what makes it evidence.
+            verdicts.append(
+                unmeasured_verdict(
+                    task=task,
+                    metric=signal.metric,
+                    kind="guardrail",
+                    status="inconclusive",
+                    test="histogram quantile per slice",
+                    reason=f"{signal.label} is not judged on {fewest} requests; the policy asks for "
+                    f"{rule.min_requests_per_round} per slice and round.",
+                    samples_needed=rule.min_requests_per_round - fewest,
+                    critical=signal.critical,
+                    source="canary",
+                )
+            )
+            continue
+        verdicts.append(
+            judge_point(
+                judged,
+                task,
+                baseline.latency_ms.get(signal.metric),
+                candidate.latency_ms.get(signal.metric),
+                "ms",
+                hib=False,
+            )
+        )
+    status = min((verdict.status for verdict in verdicts), key=SEVERITY.index, default="inconclusive")
+    critical = [verdict.metric for verdict in verdicts if verdict.status == "fail" and verdict.critical]
+    return TaskRound(task, status, verdicts, candidate, baseline, critical)

@@ -1,0 +1,168 @@
+"""Asking Prometheus for a canary round: one slice of traffic's requests, outcomes and latencies.
+
+A *slice* is one task type served by one backend for a set of tenants (the canary tenants) or for
+every tenant but those. The numbers come from the business-signal contract
+(``gates.canary.contract``) through Prometheus' HTTP API (``/api/v1/query``, an instant query at
+the round's end), over a look-back window:
+
+* outcomes: ``sum by (outcome) (increase(optgate_outcome_total{…}[W]))``;
+* latency quantiles: ``histogram_quantile(q, sum by (le) (rate(optgate_request_duration_seconds_bucket{…}[W])))``.
+
+Every query and what it returned is kept for the round's ledger entry. A transport failure, a
+non-JSON answer or an answer with ``status: error`` raises ``PrometheusError``: the round is an
+error, never a pass.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from core import http
+from gates.canary.contract import DURATION_METRIC, HUMAN_RETURN, OUTCOME_METRIC, REQUEST_OUTCOMES
+
+
+class PrometheusError(Exception):
+    """Prometheus could not answer a query (unreachable, timed out, or an error answer)."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One task on one backend, for the given tenants (or, with ``exclude``, for all others)."""
+
+    task: str
+    backend: str
+    tenants: tuple[str, ...]
+    exclude: bool = False
+
+    def selector(self, **extra: str) -> str:
+        tenants = "|".join(re.escape(tenant) for tenant in self.tenants)
+        matchers = [f'task="{_quote(self.task)}"', f'backend="{_quote(self.backend)}"']
+        if self.tenants:
+            matchers.append(f'tenant{"!~" if self.exclude else "=~"}"{_quote(tenants)}"')
+        matchers += [f'{name}="{_quote(value)}"' for name, value in extra.items()]
+        return ",".join(matchers)
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+@dataclass
+class SliceNumbers:
+    """What a slice saw over the window: requests (human returns excluded), outcome counts, and
+    latency quantiles in ms (None where the histogram had no observations)."""
+
+    requests: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    latency_ms: dict[str, float | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "outcomes": dict(self.outcomes), "latency_ms": dict(self.latency_ms)}
+
+
+@dataclass
+class Prometheus:
+    """An instant-query client for one Prometheus server; remembers every query it sent."""
+
+    url: str
+    timeout_s: float = 10.0
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def query(self, promql: str, *, at: datetime, purpose: str) -> list[dict[str, Any]]:
+        """The result vector of ``promql`` evaluated at ``at``."""
+        try:
+            body = http.get_json(
+                f"{self.url}/api/v1/query",
+                params={"query": promql, "time": f"{at.timestamp():.3f}"},
+                timeout_s=self.timeout_s,
+            )
+        except httpx.HTTPError as exc:
+            self.log.append({"purpose": purpose, "query": promql, "error": str(exc) or type(exc).__name__})
+            raise PrometheusError(
+                f"Prometheus at {self.url} could not be reached: {exc or type(exc).__name__}"
+            ) from exc
+        except ValueError as exc:
+            self.log.append({"purpose": purpose, "query": promql, "error": "not JSON"})
+            raise PrometheusError(f"Prometheus at {self.url} answered something other than JSON") from exc
+        if not isinstance(body, dict) or body.get("status") != "success":
+            problem = body.get("error", "no status") if isinstance(body, dict) else "not an object"
+            self.log.append({"purpose": purpose, "query": promql, "error": str(problem)})
+            raise PrometheusError(f"Prometheus refused the query {promql!r}: {problem}")
+        data = body.get("data") or {}
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list):
+            self.log.append({"purpose": purpose, "query": promql, "error": "no result vector"})
+            raise PrometheusError(f"Prometheus answered {promql!r} without a result vector")
+        self.log.append(
+            {
+                "purpose": purpose,
+                "query": promql,
+                "result": [{"metric": item.get("metric", {}), "value": _value(item)} for item in result],
+            }
+        )
+        return result
+
+
+def _value(item: dict[str, Any]) -> float | None:
+    try:
+        value = float(item["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _window(seconds: float) -> str:
+    return f"{max(1, round(seconds))}s"
+
+
+def slice_numbers(
+    prometheus: Prometheus, part: Slice, *, at: datetime, window_s: float, quantiles: Sequence[tuple[str, str, float]]
+) -> SliceNumbers:
+    """Requests, outcomes and the asked latency quantiles (name, phase, q) of one slice."""
+    name = f"{part.task} on {part.backend} ({'other tenants' if part.exclude else 'canary tenants'})"
+    window = _window(window_s)
+    rows = prometheus.query(
+        f"sum by (outcome) (increase({OUTCOME_METRIC}{{{part.selector()}}}[{window}]))",
+        at=at,
+        purpose=f"outcomes: {name}",
+    )
+    outcomes: dict[str, int] = {}
+    for row in rows:
+        outcome = str(row.get("metric", {}).get("outcome", ""))
+        value = _value(row)
+        if outcome and value is not None:
+            # increase() extrapolates to the window's edges; counts are whole requests.
+            outcomes[outcome] = round(value)
+    numbers = SliceNumbers(
+        requests=sum(count for outcome, count in outcomes.items() if outcome in REQUEST_OUTCOMES),
+        outcomes=outcomes,
+    )
+    for metric, phase, q in quantiles:
+        rows = prometheus.query(
+            f"histogram_quantile({q:g}, sum by (le) (rate({DURATION_METRIC}_bucket{{{part.selector(phase=phase)}}}"
+            f"[{window}])))",
+            at=at,
+            purpose=f"{metric}: {name}",
+        )
+        seconds = _value(rows[0]) if rows else None
+        numbers.latency_ms[metric] = seconds * 1000 if seconds is not None else None
+    return numbers
+
+
+def requests_since(prometheus: Prometheus, part: Slice, *, at: datetime, since: datetime) -> int:
+    """The slice's requests from ``since`` to ``at``: the traffic a canary has seen so far."""
+    window = _window((at - since).total_seconds())
+    rows = prometheus.query(
+        f'sum(increase({OUTCOME_METRIC}{{{part.selector()},outcome!="{HUMAN_RETURN}"}}[{window}]))',
+        at=at,
+        purpose=f"traffic since the canary started: {part.task} on {part.backend}",
+    )
+    value = _value(rows[0]) if rows else None
+    return round(value) if value is not None else 0

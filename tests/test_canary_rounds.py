@@ -1,0 +1,269 @@
+"""Canary analysis rounds on a real Prometheus scraping a real exporter of the business signals.
+
+The ticket is the factories' ``approve`` scenario in canary for ``tenant-a``: ``cs_summary`` (the
+beneficiary) and ``code_assistant`` (the risk task) route to the candidate for that tenant; the
+other tenants stay on the baseline. The test drives the contract's counters and histograms for
+both slices, lets Prometheus scrape them (every second) and runs rounds with a six-second window.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.utils import timezone
+
+from gates.models import CanaryRound, Notification, ReleaseTicket, Review, ReviewReason, RoundAction, TicketStatus
+from gates.policy.parse import load_policy
+from gates.policy.rules import POLICY_DIR, Policy
+from gates.selectors.routes import route_table
+from gates.selectors.verdicts import backend_verdict
+from gates.services import canary, routing, signoff
+from ledger.models import LedgerEntry
+from tests.factories import decided
+from tests.prometheus_server import Exporter, PrometheusServer
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.django_db]
+
+TASKS = ("cs_summary", "code_assistant")
+CANARY_TENANT = "tenant-a"
+OTHER_TENANTS = ("tenant-b", "tenant-c")
+
+
+def canary_policy(tmp_path: Path, **canary_overrides: Any) -> Policy:
+    """The default policy with a canary section sized for seconds instead of minutes."""
+    document = yaml.safe_load((POLICY_DIR / "default.yaml").read_text())
+    document["canary"].update(
+        {
+            "interval_minutes": 0.1,  # a six-second window
+            "min_requests_per_round": 20,
+            "min_requests": 2000,
+            "max_inconclusive_rounds": 1,
+            **canary_overrides,
+        }
+    )
+    path = tmp_path / "canary-policy.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_policy(path)
+
+
+@pytest.fixture
+def in_canary(ada: Any, erin: Any, rita: Any, baseline: Any, candidate: Any) -> ReleaseTicket:
+    for task in (*TASKS, "knowledge_qa"):
+        routing.routes_set(task=task, backend=baseline, actor=ada, reason="initial fleet")
+    ticket = decided("approve", erin, baseline, candidate, observation_window_hours=1)
+    assert signoff.signoff_record(ticket=ticket, actor=rita, verdict="approve", reason_code="evidence_sufficient").moved
+    ticket.refresh_from_db()
+    routing.routes_start_canary(ticket=ticket, actor=erin)
+    # Ten minutes into a one-hour window (the rounds' windows never reach back before the canary).
+    started = timezone.now() - timedelta(minutes=10)
+    ReleaseTicket.objects.filter(pk=ticket.pk).update(canary_started_at=started)
+    ticket.refresh_from_db()
+    return ticket
+
+
+def window_ended(ticket: ReleaseTicket) -> None:
+    ReleaseTicket.objects.filter(pk=ticket.pk).update(canary_started_at=timezone.now() - timedelta(hours=2))
+    ticket.refresh_from_db()
+
+
+def prepare(exporter: Exporter, ticket: ReleaseTicket, prometheus: PrometheusServer) -> None:
+    exporter.signals.prepare(
+        tasks=TASKS, backends=[ticket.candidate.name, ticket.baseline.name], tenants=[CANARY_TENANT, *OTHER_TENANTS]
+    )
+    prometheus.wait_for_scrapes(2)  # the zeros are in before the first request counts
+
+
+def drive(
+    exporter: Exporter,
+    ticket: ReleaseTicket,
+    *,
+    requests: int = 40,
+    broken: dict[str, dict[str, int]] | None = None,
+) -> None:
+    """``requests`` per task and slice; ``broken[task][outcome]`` of the candidate's end badly."""
+    for task in TASKS:
+        bad = (broken or {}).get(task, {})
+        for outcome, count in bad.items():
+            exporter.signals.record(
+                task=task,
+                backend=ticket.candidate.name,
+                tenant=CANARY_TENANT,
+                outcome=outcome,
+                count=count,
+                ttft_s=0.2,
+                e2e_s=1.5,
+            )
+        ok = requests - sum(bad.values())
+        exporter.signals.record(
+            task=task,
+            backend=ticket.candidate.name,
+            tenant=CANARY_TENANT,
+            outcome="ok",
+            count=ok,
+            ttft_s=0.2,
+            e2e_s=1.5,
+        )
+        for index, tenant in enumerate(OTHER_TENANTS):
+            share = requests // 2 + (requests % 2 if index == 0 else 0)
+            exporter.signals.record(
+                task=task,
+                backend=ticket.baseline.name,
+                tenant=tenant,
+                outcome="ok",
+                count=share,
+                ttft_s=0.2,
+                e2e_s=1.5,
+            )
+
+
+def run_round(ticket: ReleaseTicket, policy: Policy, prometheus: PrometheusServer) -> CanaryRound:
+    round_ = canary.canary_round_run(ticket_id=ticket.pk, policy=policy, prometheus_url=prometheus.url)
+    assert round_ is not None
+    ticket.refresh_from_db()
+    return round_
+
+
+def canary_routes(ticket: ReleaseTicket) -> dict[str, str]:
+    return {r.task.slug: r.backend.name for r in route_table().filter(tenant=CANARY_TENANT)}
+
+
+@pytest.mark.parametrize("auto_rollback", [True, False], ids=["automatic", "proposed"])
+def test_a_risk_task_breaking_its_tool_arguments_is_rolled_back_alone(
+    in_canary: ReleaseTicket,
+    exporter: Exporter,
+    prometheus: PrometheusServer,
+    tmp_path: Path,
+    auto_rollback: bool,
+) -> None:
+    ticket = in_canary
+    policy = canary_policy(tmp_path, auto_rollback=auto_rollback)
+    prepare(exporter, ticket, prometheus)
+    drive(exporter, ticket, requests=600, broken={"code_assistant": {"tool_arg_error": 150}})
+    prometheus.wait_for_scrapes(2)
+
+    round_ = run_round(ticket, policy, prometheus)
+
+    assert round_.verdict == "fail"
+    assert round_.tasks["cs_summary"]["status"] == "pass"
+    risk = round_.tasks["code_assistant"]
+    assert risk["status"] == "fail" and risk["critical_failures"] == ["tool_arg_error_rate"]
+    # The numbers Prometheus returned: a quarter of the candidate's requests broke, none of the baseline's.
+    assert risk["candidate"]["outcomes"]["tool_arg_error"] / risk["candidate"]["requests"] == pytest.approx(
+        0.25, abs=0.03
+    )
+    assert risk["baseline"]["outcomes"].get("tool_arg_error", 0) == 0
+    assert risk["reason"].startswith("Tool-argument error rate rose from 0.0% to 25")
+    assert ticket.status == TicketStatus.CANARY  # the beneficiary task keeps the candidate
+    if auto_rollback:
+        assert round_.action == RoundAction.ROLLBACK and round_.details["rolled_back"] == ["code_assistant"]
+        assert canary_routes(ticket) == {"cs_summary": ticket.candidate.name, "code_assistant": ticket.baseline.name}
+    else:
+        assert round_.action == RoundAction.PROPOSE_ROLLBACK
+        review = Review.objects.get(ticket=ticket, reason=ReviewReason.CANARY_GUARDRAIL)
+        assert review.details["tasks"] == ["code_assistant"] and review.pk == round_.details["review"]
+        assert canary_routes(ticket) == {task: ticket.candidate.name for task in TASKS}
+    entry = LedgerEntry.objects.get(kind="canary.round", subject_id=ticket.pk)
+    assert entry.payload["action"] == round_.action and entry.payload["tasks"]["code_assistant"]["status"] == "fail"
+    assert any("optgate_outcome_total" in q["query"] for q in entry.payload["queries"])
+    # The rollout tools follow the live state: the broken task's route is refused with the round's reason.
+    refused = backend_verdict(backend_name=ticket.candidate.name, route=f"code_assistant@{CANARY_TENANT}")
+    assert (
+        not refused.allowed and refused.verdict == "canary_fail" and "Tool-argument error rate rose" in refused.reason
+    )
+    assert backend_verdict(backend_name=ticket.candidate.name, route="cs_summary").allowed
+
+
+def test_a_healthy_canary_promotes_only_after_the_window_and_the_traffic_minimum(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path, settings: Any
+) -> None:
+    settings.OPTGATE_AUTO_PROMOTE_RISK_TIERS = ["low", "medium", "high"]
+    ticket = in_canary
+    policy = canary_policy(tmp_path)
+    prepare(exporter, ticket, prometheus)
+
+    # Enough requests per round to show a zero error rate within the policy's 1-point margin.
+    drive(exporter, ticket, requests=600)
+    prometheus.wait_for_scrapes(2)
+    first = run_round(ticket, policy, prometheus)
+    assert (first.verdict, first.action) == ("pass", RoundAction.CONTINUE)
+    assert "window runs until" in first.reason
+
+    window_ended(ticket)
+    drive(exporter, ticket, requests=600)
+    prometheus.wait_for_scrapes(2)
+    second = run_round(ticket, policy, prometheus)
+    assert (second.verdict, second.action) == ("pass", RoundAction.CONTINUE)
+    assert "too little traffic" in second.reason and 1000 <= second.traffic["code_assistant"] < 2000
+    assert ticket.status == TicketStatus.CANARY
+
+    drive(exporter, ticket, requests=1500)
+    prometheus.wait_for_scrapes(2)
+    third = run_round(ticket, policy, prometheus)
+    assert (third.verdict, third.action) == ("pass", RoundAction.PROMOTE), third.reason
+    assert all(seen >= 2000 for seen in third.traffic.values())
+    assert ticket.status == TicketStatus.DEFAULT
+    defaults = {r.task.slug: r.backend.name for r in route_table().filter(tenant="")}
+    assert defaults["cs_summary"] == defaults["code_assistant"] == ticket.candidate.name
+
+
+def test_prometheus_down_makes_an_error_round_never_a_pass(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    ticket = in_canary
+    window_ended(ticket)  # even at the window's end, an unanswered round promotes nothing
+    policy = canary_policy(tmp_path, min_requests=1)
+    prepare(exporter, ticket, prometheus)
+    drive(exporter, ticket, requests=600)
+    prometheus.wait_for_scrapes(2)
+    prometheus.stop()
+
+    with pytest.raises(canary.CanaryRoundError, match="could not be reached"):
+        canary.canary_round_run(ticket_id=ticket.pk, policy=policy, prometheus_url=prometheus.url)
+
+    round_ = CanaryRound.objects.get(ticket=ticket)
+    assert (round_.verdict, round_.action) == ("error", RoundAction.RETRY) and round_.error
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.CANARY
+    entry = LedgerEntry.objects.get(kind="canary.round", subject_id=ticket.pk)
+    assert entry.payload["verdict"] == "error" and entry.payload["queries"][0]["error"]
+    live = backend_verdict(backend_name=ticket.candidate.name, route="cs_summary")
+    assert not live.allowed and live.verdict == "canary_error"
+
+
+def test_an_inconclusive_canary_pauses_for_people_past_the_policy_limit(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    ticket = in_canary
+    policy = canary_policy(tmp_path)  # 20 requests per slice and round; one inconclusive round allowed
+    prepare(exporter, ticket, prometheus)
+
+    drive(exporter, ticket, requests=6)
+    prometheus.wait_for_scrapes(2)
+    first = run_round(ticket, policy, prometheus)
+    assert (first.verdict, first.action) == ("inconclusive", RoundAction.CONTINUE)
+    assert "fewer than the 20 the policy requires" in first.tasks["cs_summary"]["reason"]
+
+    drive(exporter, ticket, requests=6)
+    prometheus.wait_for_scrapes(2)
+    second = run_round(ticket, policy, prometheus)
+    assert (second.verdict, second.action) == ("inconclusive", RoundAction.PAUSE)
+    assert "2 inconclusive rounds in a row" in second.reason
+    assert Notification.objects.filter(ticket=ticket, event="canary.paused").count() == 1
+    assert ticket.status == TicketStatus.CANARY
+    live = backend_verdict(backend_name=ticket.candidate.name)
+    assert (
+        not live.allowed
+        and live.verdict == "canary_paused"
+        and live.live
+        == {
+            "round": 2,
+            "verdict": "inconclusive",
+            "action": "pause",
+            "at": second.window_end.isoformat(),
+            "reason": second.reason,
+        }
+    )

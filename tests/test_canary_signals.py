@@ -1,0 +1,261 @@
+"""The business-signal contract: the exporter, the API for systems without Prometheus, /metrics,
+the judge of live counts, the canary section of the policy, and what rollout tools see of rounds.
+
+The rounds themselves run against a real Prometheus in tests/test_canary_rounds.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from gates.canary.contract import OutcomeExporter
+from gates.judge.counts import judge_bad_rate
+from gates.judge.rules import Rule
+from gates.models import CanaryRound, OutcomeCount, ReleaseTicket
+from gates.policy.parse import load_policy
+from gates.selectors.verdicts import backend_verdict
+from gates.services import canary, routing, signoff
+from tests.factories import decided
+from tests.prometheus_server import free_port
+from workers import tasks
+
+pytestmark = pytest.mark.django_db
+
+RATE = Rule(metric="error_rate", kind="guardrail", label="error rate", margin=0.01, critical=True, min_n=50)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def labels(**values: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(values.items()))
+
+
+# --- the exporter ------------------------------------------------------------------------------
+
+
+def test_the_exporter_speaks_the_documented_contract() -> None:
+    exporter = OutcomeExporter()
+    exporter.prepare(tasks=["tool_calling"], backends=["cand"], tenants=["acme"])
+    exporter.record(task="tool_calling", backend="cand", tenant="acme", outcome="tool_arg_error", count=3, e2e_s=0.4)
+    exporter.record(task="tool_calling", backend="cand", tenant="acme", outcome="ok", ttft_s=0.05, e2e_s=0.3)
+    scraped = samples(generate_latest(exporter.registry).decode())
+    base = {"task": "tool_calling", "backend": "cand", "tenant": "acme"}
+    assert scraped[("optgate_outcome_total", labels(**base, outcome="tool_arg_error"))] == 3
+    assert scraped[("optgate_outcome_total", labels(**base, outcome="ok"))] == 1
+    assert scraped[("optgate_outcome_total", labels(**base, outcome="refusal"))] == 0  # prepared at zero
+    assert scraped[("optgate_request_duration_seconds_count", labels(**base, phase="e2e"))] == 4
+    assert scraped[("optgate_request_duration_seconds_count", labels(**base, phase="ttft"))] == 1
+
+
+def test_the_exporter_refuses_an_outcome_outside_the_contract() -> None:
+    exporter = OutcomeExporter()
+    with pytest.raises(ValueError, match="outcome must be one of ok, error, parse_error"):
+        exporter.record(task="t", backend="b", tenant="x", outcome="timeout")
+    with pytest.raises(ValueError, match="count must be at least 1"):
+        exporter.record(task="t", backend="b", tenant="x", outcome="ok", count=0)
+
+
+# --- the API for systems without Prometheus ----------------------------------------------------
+
+
+def post(client: APIClient, *counts: dict[str, Any], key: str | None = None) -> Any:
+    extra: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+    return client.post("/api/v1/canary/outcomes/", {"counts": list(counts)}, format="json", **extra)
+
+
+def count(**overrides: Any) -> dict[str, Any]:
+    return {"task": "tool_calling", "backend": "kit-bf16", "tenant": "acme", "outcome": "ok", "count": 5, **overrides}
+
+
+def test_posted_counts_add_up_and_are_exported_at_metrics(
+    api_for: Callable[[User | None], APIClient], erin: User, baseline: Any
+) -> None:
+    client = api_for(erin)
+    first = post(client, count(), count(outcome="tool_arg_error", count=2), key="batch-1")
+    assert first.status_code == 201, first.data
+    assert post(client, count(), count(outcome="tool_arg_error", count=2), key="batch-1").status_code == 201  # replay
+    assert post(client, count(count=7), key="batch-2").status_code == 201
+    totals = {row.outcome: row.total for row in OutcomeCount.objects.all()}
+    assert totals == {"ok": 12, "tool_arg_error": 2}  # the retried batch counted once
+    listed = client.get("/api/v1/canary/outcomes/", {"task": "tool_calling"})
+    assert [(row["outcome"], row["total"]) for row in listed.data] == [("ok", 12), ("tool_arg_error", 2)]
+    scraped = samples(APIClient().get("/metrics").content.decode())
+    base = {"task": "tool_calling", "backend": "kit-bf16", "tenant": "acme"}
+    assert scraped[("optgate_outcome_total", labels(**base, outcome="ok"))] == 12
+    assert scraped[("optgate_outcome_total", labels(**base, outcome="tool_arg_error"))] == 2
+
+
+@pytest.mark.parametrize(
+    ("item", "field", "words"),
+    [
+        (count(outcome="timeout"), "outcome", "is not a valid choice"),
+        (count(count=0), "count", "greater than or equal to 1"),
+        (count(tenant="a b"), "tenant", "letters, digits"),
+        ({**count(), "region": "eu"}, "region", "unknown field"),
+        ({k: v for k, v in count().items() if k != "backend"}, "backend", "required"),
+    ],
+)
+def test_a_bad_count_is_refused_naming_its_field(
+    api_for: Callable[[User | None], APIClient], erin: User, baseline: Any, item: dict[str, Any], field: str, words: str
+) -> None:
+    response = post(api_for(erin), count(), item)
+    assert response.status_code == 400
+    assert words in str(response.data["counts"][1][field])
+    assert not OutcomeCount.objects.exists()  # all or nothing
+
+
+def test_unknown_tasks_and_backends_are_named_by_position(
+    api_for: Callable[[User | None], APIClient], erin: User, baseline: Any
+) -> None:
+    response = post(api_for(erin), count(), count(task="poetry", backend="gpt-x"))
+    assert response.status_code == 400
+    assert response.data == {
+        "counts[1].task": ["unknown task type 'poetry'"],
+        "counts[1].backend": ["unknown backend 'gpt-x'"],
+    }
+
+
+def test_only_engineers_and_admins_post_counts(
+    api_for: Callable[[User | None], APIClient], rita: User, olga: User, baseline: Any
+) -> None:
+    assert post(api_for(rita), count()).status_code == 403
+    assert post(api_for(olga), count()).status_code == 403
+    assert post(api_for(None), count()).status_code in (401, 403)
+    assert not OutcomeCount.objects.exists()
+
+
+# --- the judge of live counts ------------------------------------------------------------------
+
+
+def test_a_clear_rise_in_a_bad_rate_fails_and_says_so_with_the_counts() -> None:
+    verdict = judge_bad_rate(RATE, "tool_calling", base_events=2, base_n=1000, cand_events=60, cand_n=1000)
+    assert verdict.status == "fail" and verdict.critical
+    assert verdict.reason.startswith("Error rate rose from 0.2% to 6.0% (+5.8 points")
+    assert "60 of 1000 candidate requests, 2 of 1000 baseline requests" in verdict.reason
+    assert verdict.interval is not None and verdict.interval[0] > 0.01
+
+
+def test_no_errors_on_either_side_pass_only_with_enough_requests_to_show_it() -> None:
+    assert judge_bad_rate(RATE, "t", base_events=0, base_n=1000, cand_events=0, cand_n=1000).status == "pass"
+    # 0 of 100 cannot rule out a 1-point rise: inconclusive, with how many more would settle it.
+    thin = judge_bad_rate(RATE, "t", base_events=0, base_n=100, cand_events=0, cand_n=100)
+    assert thin.status == "inconclusive" and thin.samples_needed and thin.samples_needed > 0
+    few = judge_bad_rate(RATE, "t", base_events=0, base_n=20, cand_events=0, cand_n=20)
+    assert few.status == "inconclusive" and "fewer than the 50 the policy requires" in few.reason
+    empty = judge_bad_rate(RATE, "t", base_events=0, base_n=0, cand_events=0, cand_n=500)
+    assert empty.status == "inconclusive"
+
+
+# --- the policy --------------------------------------------------------------------------------
+
+
+def test_the_default_policy_carries_the_canary_section() -> None:
+    policy = load_policy("default")
+    assert policy.version_label == "default@5"
+    rule = policy.canary
+    assert rule.interval_minutes == 5 and rule.min_requests == 1000 and not rule.auto_rollback
+    critical = {signal.metric for signal in rule.signals if signal.critical}
+    assert critical == {"error_rate", "parse_error_rate", "tool_arg_error_rate"}
+
+
+# --- the live state for rollout tools, and the schedule -----------------------------------------
+
+
+@pytest.fixture
+def in_canary(ada: User, erin: User, rita: User, baseline: Any, candidate: Any) -> ReleaseTicket:
+    for task in ("cs_summary", "code_assistant"):
+        routing.routes_set(task=task, backend=baseline, actor=ada, reason="initial fleet")
+    ticket = decided("approve", erin, baseline, candidate)
+    assert signoff.signoff_record(ticket=ticket, actor=rita, verdict="approve", reason_code="evidence_sufficient").moved
+    ticket.refresh_from_db()
+    return routing.routes_start_canary(ticket=ticket, actor=erin)
+
+
+def a_round(ticket: ReleaseTicket, number: int, verdict: str, action: str, tasks: dict[str, str]) -> CanaryRound:
+    now = timezone.now()
+    return CanaryRound.objects.create(
+        ticket=ticket,
+        number=number,
+        window_start=now - timedelta(minutes=5),
+        window_end=now,
+        policy_version="default@5",
+        verdict=verdict,
+        action=action,
+        reason=f"round {number} said {verdict}",
+        tasks={task: {"status": status, "reason": f"{task} {status}"} for task, status in tasks.items()},
+    )
+
+
+def test_rollout_tools_see_the_signed_verdict_until_a_round_has_run(in_canary: ReleaseTicket) -> None:
+    before = backend_verdict(backend_name=in_canary.candidate.name, route="cs_summary")
+    assert before.allowed and before.live is None
+    a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
+    after = backend_verdict(backend_name=in_canary.candidate.name, route="cs_summary")
+    assert after.allowed and after.live and after.live["round"] == 1 and "canary round 1" in after.reason
+
+
+def test_the_argo_metric_answers_from_the_latest_round_per_route(
+    in_canary: ReleaseTicket, api_for: Callable[[User | None], APIClient], erin: User
+) -> None:
+    a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
+    a_round(in_canary, 2, "inconclusive", "continue", {"cs_summary": "pass", "code_assistant": "inconclusive"})
+    client = api_for(erin)
+    url = "/api/v1/integrations/argo/verdict/"
+    name = in_canary.candidate.name
+    assert client.get(url, {"backend": name, "route": "cs_summary"}).data["allowed"] is True
+    unsettled = client.get(url, {"backend": name, "route": "code_assistant"}).data
+    assert unsettled["allowed"] is False and unsettled["verdict"] == "canary_inconclusive"
+    assert unsettled["reason"] == "canary round 2: code_assistant inconclusive"
+    whole = client.get(url, {"backend": name}).data
+    assert whole["allowed"] is False and whole["live"]["action"] == "continue"
+
+
+def test_the_beat_queues_a_round_once_per_interval_and_only_with_prometheus(
+    in_canary: ReleaseTicket, settings: Any
+) -> None:
+    settings.OPTGATE_PROMETHEUS_URL = ""
+    assert canary.canary_rounds_due(now=timezone.now() + timedelta(hours=1)) == []
+    settings.OPTGATE_PROMETHEUS_URL = "http://prometheus.invalid:9090"
+    assert canary.canary_rounds_due() == []  # the first interval has not passed
+    later = timezone.now() + timedelta(minutes=6)
+    assert canary.canary_rounds_due(now=later) == [in_canary.pk]
+    a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass"})  # a round just ran
+    assert canary.canary_rounds_due(now=timezone.now() + timedelta(minutes=4)) == []
+    assert canary.canary_rounds_due(now=timezone.now() + timedelta(minutes=6)) == [in_canary.pk]
+
+    with (
+        mock.patch.object(tasks.run_canary_round, "delay") as delay,
+        mock.patch.object(canary, "canary_rounds_due", return_value=[in_canary.pk]),
+    ):
+        tasks.schedule_canary_rounds()
+    delay.assert_called_once_with(in_canary.pk)
+
+
+def test_the_worker_records_an_error_round_when_nobody_answers_and_raises_for_a_retry(
+    in_canary: ReleaseTicket, settings: Any
+) -> None:
+    settings.OPTGATE_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    ReleaseTicket.objects.filter(pk=in_canary.pk).update(canary_started_at=timezone.now() - timedelta(minutes=10))
+    with pytest.raises(canary.CanaryRoundError, match="could not be reached"):
+        tasks.run_canary_round(in_canary.pk)
+    round_ = CanaryRound.objects.get(ticket=in_canary)
+    assert (round_.verdict, round_.action) == ("error", "retry") and "could not be reached" in round_.error
+    tasks.run_canary_round(in_canary.pk)  # the same message again: the round is not due, nothing runs
+    assert CanaryRound.objects.filter(ticket=in_canary).count() == 1
+    assert backend_verdict(backend_name=in_canary.candidate.name).verdict == "canary_error"
