@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Exists, Min, OuterRef, Subquery
 
 from evaluators.models import (
     EvaluationAttempt,
@@ -139,6 +139,18 @@ def failing_sample_keys(run_ids: list[int], *, task: str, reason: str, only_run:
     if only_run is not None:
         failing = failing.filter(run_id=only_run)
     return list(dict.fromkeys(failing.order_by("task", "sample_id").values_list("task", "sample_id")))
+
+
+def first_regressions(*, baseline_run: int, candidate_run: int, tasks: Iterable[str]) -> list[tuple[str, str]]:
+    """Per task, the first sample (by id) the baseline passed and the candidate failed: (task, sample id)."""
+    passed_on_baseline = SampleRecord.objects.filter(
+        run_id=baseline_run, task=OuterRef("task"), sample_id=OuterRef("sample_id"), passed=True
+    )
+    regressed = SampleRecord.objects.filter(run_id=candidate_run, task__in=list(tasks), passed=False).filter(
+        Exists(passed_on_baseline)
+    )
+    firsts = regressed.values("task").annotate(first=Min("sample_id")).order_by("task")
+    return [(row["task"], row["first"]) for row in firsts]
 
 
 def sample_records(run_ids: list[int], keys: list[tuple[str, str]]) -> dict[tuple[str, str, int], SampleRecord]:
