@@ -174,6 +174,13 @@ case $fast in
     ;;
 esac
 
+# The browser tests' screenshots (each demo ticket's first screen among them) stay in the checkout,
+# gitignored and never cleaned, for CI to keep as artifacts: say where.
+shots=${OPTGATE_SCREENSHOTS_DIR:-artifacts/screenshots}
+if [ -d "$shots" ]; then
+  echo "--- screenshots: $(cd "$shots" && pwd) ($(find "$shots" -maxdepth 1 -name '*.png' | wc -l) PNG files)"
+fi
+
 if [ "$fast" -eq 5 ] && [ "$slow" -eq 5 ]; then
   echo "pytest collected no tests in either half: failing"
   exit 1

@@ -5,10 +5,15 @@ evaluates its three tickets on vLLM-on-CPU with the shipped kit: one baseline ru
 task types and one run each of the prefix-caching, low-bit and n-gram candidates. Those are the
 same four engine configurations the real-engine tests need, so they read this run's database
 instead of starting the same engines a second time (a start costs 30–50 s on two cores).
+
+``demo_database_copy`` hands a test a private copy of that database, for a test that writes to it
+(a web server's sign-ins do). ``OPTGATE_DEMO_VAR_DIR`` names the folder of an earlier demo instead
+(``make demo`` leaves its database in ``var/``), so such a test can be rerun without the demo.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -105,6 +110,10 @@ class DemoEvidence:
         }
 
 
+DEMO_VAR_DIR_VARIABLE = "OPTGATE_DEMO_VAR_DIR"
+DEMO_DATABASE = "optgate.sqlite3"
+
+
 @pytest.fixture(scope="session")
 def demo_evidence(tmp_path_factory: pytest.TempPathFactory) -> DemoEvidence:
     var_dir = tmp_path_factory.mktemp("demo")
@@ -115,3 +124,28 @@ def demo_evidence(tmp_path_factory: pytest.TempPathFactory) -> DemoEvidence:
         command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=2400, check=False
     )
     return DemoEvidence(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr, var_dir=var_dir)
+
+
+@pytest.fixture
+def demo_database_copy(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A var folder holding a copy of the demo's SQLite database: an earlier demo's, when
+    ``OPTGATE_DEMO_VAR_DIR`` names its folder, else this session's demo run (started now if no test
+    asked for it yet)."""
+    named = os.environ.get(DEMO_VAR_DIR_VARIABLE)
+    if named:
+        source = Path(named) / DEMO_DATABASE
+        if not source.is_file():
+            pytest.fail(f"{DEMO_VAR_DIR_VARIABLE}={named}: there is no {DEMO_DATABASE} in it (run `make demo` first)")
+    else:
+        evidence: DemoEvidence = request.getfixturevalue("demo_evidence")
+        assert evidence.returncode == 0, evidence.output[-4000:]
+        source = evidence.var_dir / DEMO_DATABASE
+    var_dir = tmp_path / "demo-var"
+    var_dir.mkdir()
+    # SQLite's online backup: a consistent copy even of a database another process still has open.
+    with (
+        contextlib.closing(sqlite3.connect(source)) as original,
+        contextlib.closing(sqlite3.connect(var_dir / DEMO_DATABASE)) as copy,
+    ):
+        original.backup(copy)
+    return var_dir

@@ -42,8 +42,8 @@ PINNED = {
     # REST API lists
     "/api/v1/task-types/": 3,  # + the task types (one page, no count)
     "/api/v1/backends/": 4,  # + count, backends with their creators
-    "/api/v1/tickets/": 7,  # + count, the page's ids, its rows with owners and backends, beneficiary and risk tasks
-    "/api/v1/tickets/?status=evaluated": 7,
+    "/api/v1/tickets/": 6,  # + count, the page's ids, its rows with owners and backends, both task lists
+    "/api/v1/tickets/?status=evaluated": 6,
     "/api/v1/ledger/": 4,  # + count, entries
     "/api/v1/policies/": 2,  # the policies are files
     "/api/v1/routes/": 5,  # + current version (twice: the table and its number), routes with task and backend
@@ -61,9 +61,9 @@ PINNED = {
     "/reviews/": 5,
     "/runs/active/": 4,
 }
-# + the ticket's row with owner and backends, its two task lists, its runs with their importers (the
-# acceptances and file hashes only when a run was imported)
-PINNED_TICKET_DETAIL = 6
+# + the ticket's row with owner, backends and its runs with their importers, its two task lists in one
+# query (the acceptances and file hashes only when a run was imported)
+PINNED_TICKET_DETAIL = 4
 # + the ticket's row, the decision, its sign-offs with reviewers, one per signed verdict, history, and
 # the caller's roles (whether the summary's next action is theirs to sign off)
 PINNED_DECISION = 8

@@ -39,7 +39,7 @@ def test_latency_charts_are_server_rendered_svg(erin: Any, rita: Any, baseline: 
     ticket, _ = evaluated_ticket("approve", erin, baseline, candidate)
     response = client_for(rita).get(f"/tickets/{ticket.pk}/")
     html = response.content.decode()
-    assert html.count("<svg") == 8  # two tasks × (TTFT, TPOT) × (CDF, box plot)
+    assert html.count("<svg") == 12  # two tasks × (TTFT, TPOT, E2E) × (CDF, box plot)
     assert 'aria-labelledby="cs_summary-ttft_s-cdf-title' in html
     panel = response.context["evidence"].panels[0]
     ttft = panel.latency[0]

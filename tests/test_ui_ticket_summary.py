@@ -46,10 +46,10 @@ def test_the_summary_comes_first_and_everything_else_is_folded(
     assert summary_at < html.index('id="review"') < html.index('<details class="fold"')
     # ... and every detail section is a closed <details> that opens on demand.
     folds = re.findall(r'<details class="fold" id="([a-z]+)-fold"\s*(open)?>', html)
-    names = ["provenance", "verdicts", "latency", "engine", "samples", "routes", "plan", "timeline"]
+    names = ["provenance", "verdicts", "engine", "samples", "routes", "plan", "timeline"]
     assert [name for name, _ in folds] == names
     assert not any(is_open for _, is_open in folds)
-    assert html.index("<svg") > html.index('<details class="fold" id="latency-fold"')
+    assert html.index("<svg") > html.index('<details class="fold" id="verdicts-fold"')
 
 
 def test_the_summary_names_each_task_its_verdict_and_the_numbers_that_decided_it(

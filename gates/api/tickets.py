@@ -21,9 +21,16 @@ from evaluators.models import EvaluationRun
 from gates.api.decisions import SignOffInputSerializer, ticket_decision, ticket_sign_off
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TaskType, TicketStatus
 from gates.policy.rules import REFUSE_UNSETTLEABLE_CHOICES
-from gates.selectors.evidence import ticket_provenance
+from gates.selectors.evidence import PROVENANCE_ROW_FIELDS, ticket_provenance
 from gates.selectors.plan import stored_ticket_plan
-from gates.selectors.tickets import TICKET_FIELDS, action_paths, ticket_list, ticket_rows, ticket_shown
+from gates.selectors.tickets import (
+    TICKET_FIELDS,
+    action_paths,
+    ticket_list,
+    ticket_rows,
+    ticket_rows_with,
+    ticket_shown,
+)
 from gates.services.actions import ticket_action_take
 from gates.services.policy import gate_policy
 from gates.services.provenance import evidence_accept
@@ -271,14 +278,15 @@ class TicketViewSet(
     @extend_schema(responses={200: TicketDetailSerializer})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         # The ticket's row is the only read: no separate lookup of the ticket before it.
+        # Its runs' provenance comes from the same row.
         try:
-            rows = ticket_rows(ReleaseTicket.objects.filter(pk=int(kwargs["pk"])))
+            rows = ticket_rows_with(ReleaseTicket.objects.filter(pk=int(kwargs["pk"])), also=PROVENANCE_ROW_FIELDS)
         except (TypeError, ValueError, OverflowError):
             rows = []
         if not rows:
             raise Http404("No ReleaseTicket matches the given query.")
-        shown = rows[0]
-        shown["provenance"] = ticket_provenance(shown["id"])
+        shown, row = rows[0]
+        shown["provenance"] = ticket_provenance(shown["id"], row=row)
         return Response(shown)
 
     def get_permissions(self) -> Sequence[Any]:

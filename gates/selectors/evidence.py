@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Exists, Min, OuterRef, Subquery
 
 from evaluators.models import (
     EvaluationAttempt,
@@ -153,6 +153,18 @@ def failing_sample_keys(run_ids: list[int], *, task: str, reason: str, only_run:
     return list(dict.fromkeys(failing.order_by("task", "sample_id").values_list("task", "sample_id")))
 
 
+def first_regressions(*, baseline_run: int, candidate_run: int, tasks: Iterable[str]) -> list[tuple[str, str]]:
+    """Per task, the first sample (by id) the baseline passed and the candidate failed: (task, sample id)."""
+    passed_on_baseline = SampleRecord.objects.filter(
+        run_id=baseline_run, task=OuterRef("task"), sample_id=OuterRef("sample_id"), passed=True
+    )
+    regressed = SampleRecord.objects.filter(run_id=candidate_run, task__in=list(tasks), passed=False).filter(
+        Exists(passed_on_baseline)
+    )
+    firsts = regressed.values("task").annotate(first=Min("sample_id")).order_by("task")
+    return [(row["task"], row["first"]) for row in firsts]
+
+
 def sample_records(run_ids: list[int], keys: list[tuple[str, str]]) -> dict[tuple[str, str, int], SampleRecord]:
     """The runs' records of the samples ``keys`` names, by (task, sample id, run id)."""
     records = SampleRecord.objects.filter(
@@ -176,18 +188,22 @@ def owner_imported_unaccepted(ticket: ReleaseTicket, runs: Iterable[EvaluationRu
     return [run for run in owned if run.pk not in accepted]
 
 
+SIDES = ("baseline", "candidate")
 _RUN_PROVENANCE_FIELDS = ("id", "source", "imported_by_id", "imported_by__username")
+# What ``ticket_provenance`` reads of the ticket's row: a caller reading that row anyway passes them.
+PROVENANCE_ROW_FIELDS = ("owner_id", *(f"{side}_run__{f}" for side in SIDES for f in _RUN_PROVENANCE_FIELDS))
 
 
-def ticket_provenance(ticket_id: int) -> list[dict[str, Any]]:
+def ticket_provenance(ticket_id: int, *, row: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Who produced each of ticket ``ticket_id``'s runs, whether the owner imported it, and who accepted it.
 
-    Read from plain rows, afresh: one query for the ticket's runs and their importers; the
-    acceptances and the imported files' hashes only when there is imported evidence to show.
+    Read from plain rows, afresh: one query for the ticket's runs and their importers (none when
+    ``row`` already holds ``PROVENANCE_ROW_FIELDS`` of the ticket); the acceptances and the imported
+    files' hashes only when there is imported evidence to show.
     """
-    sides = ("baseline", "candidate")
-    fields = ["owner_id"] + [f"{side}_run__{f}" for side in sides for f in _RUN_PROVENANCE_FIELDS]
-    row = ReleaseTicket.objects.filter(pk=ticket_id).values(*fields).first()
+    sides = SIDES
+    if row is None:
+        row = ReleaseTicket.objects.filter(pk=ticket_id).values(*PROVENANCE_ROW_FIELDS).first()
     if row is None:
         return []
     runs = [
@@ -232,7 +248,6 @@ def ticket_provenance(ticket_id: int) -> list[dict[str, Any]]:
 
 # --- which run, and so which producer, each of a decision's numbers came from -------------------
 
-SIDES = ("baseline", "candidate")
 _HASH_SHOWN = 12  # hex digits of a file's sha256 shown in the one-line text; the API has the whole hash
 
 

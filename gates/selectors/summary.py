@@ -25,7 +25,8 @@ WARNING_PREFIX = "Warning: "
 FINDING_STATUSES = ("fail", "inconclusive", "error")
 
 
-def _deciding(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+def deciding_metrics(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """The one or two stored metric verdicts of a task (``TaskVerdict.to_dict()``) that decided it."""
     metrics = list(verdict.get("metrics") or [])
     status = verdict.get("status")
     if status in FINDING_STATUSES:
@@ -47,7 +48,7 @@ def _samples_used(verdict: dict[str, Any]) -> int | None:
     return max(counts) if counts else None
 
 
-def _findings(verdicts: dict[str, Any]) -> list[dict[str, str]]:
+def blocking_findings(verdicts: dict[str, Any]) -> list[dict[str, str]]:
     """The failed (or unsettled) checks that hold the release back, one reason text each."""
     findings = []
     for task, verdict in verdicts.items():
@@ -89,7 +90,7 @@ def decision_summary(decision: GateDecision) -> dict[str, Any]:
             "task": task,
             "role": verdict.get("role", ""),
             "status": verdict.get("status", ""),
-            "numbers": [_number_row(m) for m in _deciding(verdict)],
+            "numbers": [_number_row(m) for m in deciding_metrics(verdict)],
             "samples_used": _samples_used(verdict),
             "samples_needed": verdict.get("samples_needed") or (decision.samples_needed or {}).get(task),
             "provenance": provenance[task],
@@ -104,7 +105,7 @@ def decision_summary(decision: GateDecision) -> dict[str, Any]:
         "signed_tasks": list(decision.signed_tasks or []),
         "allowed_tasks": list(decision.allowed_tasks or []),
         "tasks": tasks,
-        "findings": _findings(verdicts),
+        "findings": blocking_findings(verdicts),
         "warnings": [r.removeprefix(WARNING_PREFIX) for r in decision.reasons or [] if r.startswith(WARNING_PREFIX)],
     }
 

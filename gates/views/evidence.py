@@ -29,7 +29,9 @@ ENGINE_KEYS = (
     "kv_cache_usage_peak",
     "preemptions",
 )
-LATENCY_METRICS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"))
+# Per-request latencies charted per task; the judge's percentile verdicts on each (ttft_p95, e2e_p50,
+# …) sit next to its chart in the comparison view (gates.views.comparison).
+LATENCY_METRICS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
 SAMPLE_LIMIT = 25
 # Word-level diffs of two outputs; longer outputs are shown side by side only (the diff is quadratic).
 DIFF_MAX_CHARS = 20_000
@@ -57,6 +59,7 @@ def output_diff(before: str, after: str) -> list[tuple[str, str]]:
 class LatencyPanel:
     """One latency metric of one task: summaries, CDF and box plot, baseline vs candidate."""
 
+    key: str  # the requests' field: ttft_s, tpot_s or e2e_s
     label: str
     baseline: Summary
     candidate: Summary
@@ -125,6 +128,7 @@ def build_evidence(ticket: ReleaseTicket) -> Evidence:
             chart_id = f"{task}-{key}"
             latency.append(
                 LatencyPanel(
+                    key,
                     label,
                     summarise(series["baseline"]),
                     summarise(series["candidate"]),

@@ -34,6 +34,7 @@ from gates.services import tickets as services
 from gates.services.actions import TICKET_ACTIONS, ticket_action_take, ticket_actions_for
 from gates.services.policy import gate_policy
 from gates.services.provenance import evidence_accept
+from gates.views.comparison import comparison_tasks, regression_examples
 from gates.views.decision import latest_decision, proposed_route_changes, signoff_context, signoff_form_for
 from gates.views.evidence import build_evidence, sample_pairs
 from ledger.selectors import ledger_entries
@@ -194,6 +195,11 @@ def _ticket_page(
         "evidence": evidence,
         "samples": samples,
         "decision": decision,
+        "comparison": comparison_tasks(
+            decision["rows"] if decision else [],
+            evidence,
+            regression_examples(ticket, decision["rows"]) if decision else {},
+        ),
         "route_changes": proposed_route_changes(ticket, decision),
         "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
