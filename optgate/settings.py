@@ -178,6 +178,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "MetricEnum": "gates.vocabulary.METRIC_CHOICES",
         "TicketStatusEnum": "gates.models.TicketStatus",
+        "CanaryOutcomeEnum": "gates.canary.contract.OUTCOMES",
+        "ReviewOutcomeEnum": "gates.models.ReviewOutcome",
+        "DecisionOutcomeEnum": "gates.models.DecisionOutcome",
     },
 }
 
