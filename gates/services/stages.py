@@ -57,6 +57,9 @@ def stage_request(
     """
     if not tasks:
         raise ValueError("a stage needs at least one task")
+    first_run = ticket.candidate_run_id
+    if first_run is None:
+        raise ValueError(f"ticket #{ticket.pk} has no first pair to add a stage to")
     number = 2 + len(series_stages(ticket))
     base_run, cand_run = run_services.pair_request(
         baseline=ticket.baseline, candidate=ticket.candidate, tasks=tasks, load_profile=stage_profile(number)
@@ -65,14 +68,14 @@ def stage_request(
         with transaction.atomic(durable=True):
             current = (
                 ReleaseTicket.objects.select_for_update()
-                .filter(pk=ticket.pk, status=TicketStatus.EVALUATING, candidate_run_id=ticket.candidate_run_id)
+                .filter(pk=ticket.pk, status=TicketStatus.EVALUATING, candidate_run_id=first_run)
                 .first()
             )
             if current is None:
                 raise IntegrityError("the ticket's evidence changed")
             stage = EvaluationStage.objects.create(
                 ticket=current,
-                first_run_id=ticket.candidate_run_id,
+                first_run_id=first_run,
                 number=number,
                 tasks=list(tasks),
                 baseline_run=base_run,
@@ -89,7 +92,7 @@ def stage_request(
                     "tasks": list(tasks),
                     "baseline_run": base_run.pk,
                     "candidate_run": cand_run.pk,
-                    "first_run": ticket.candidate_run_id,
+                    "first_run": first_run,
                     "looks": _looks_summary(staged),
                 },
             )
