@@ -209,6 +209,74 @@ def test_evaluate_again_on_a_needs_evidence_ticket_adds_a_stage_and_the_next_dec
     assert GateDecision.objects.filter(ticket=ticket).count() == 2
 
 
+def test_a_stage_whose_run_failed_needs_evidence_and_evaluating_again_measures_afresh(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+) -> None:
+    settings.OPTGATE_INTERLEAVED = True
+    ticket = _ticket(erin, baseline, candidate)
+    first = (ticket.baseline_run_id, ticket.candidate_run_id)
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    stage = _last_stage(ticket)
+    for run in (stage.baseline_run, stage.candidate_run):
+        run.refresh_from_db()
+        run.move(RunStatus.RUNNING)
+        run.move(RunStatus.ERROR, error="the engine died")
+
+    # A stage that could not answer is a run error, never judged as if it had not been asked for.
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None and decision.verdicts[SQL]["status"] == "error"
+    assert "the engine died" in decision.verdicts[SQL]["reason"]
+
+    evaluation.evaluation_request(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
+    assert again is not None and not {again.baseline_run_id, again.candidate_run_id} & set(first)
+    assert EvaluationStage.objects.filter(ticket=ticket).count() == 1  # the new pair starts a new series
+    assert evaluation.ticket_check(ticket_id=ticket.pk) is None  # waits for the new pair
+
+
+def test_evaluate_again_measures_afresh_when_a_latency_check_is_open_too(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    settings.OPTGATE_INTERLEAVED = True
+    _policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    # 60 requests are fewer than the 100 latency samples cs_summary's policy asks for.
+    few = GOOD[:54] + [False] * 6
+    base = {SUMMARY: task_spec(few, seed=1), SQL: task_spec(drop_passes(GOOD, 30), seed=2)}
+    cand = {SUMMARY: task_spec(few, speed=0.7, seed=1), SQL: task_spec(GOOD, speed=0.7, seed=2)}
+    ticket = evaluating_ticket(
+        erin,
+        baseline,
+        candidate,
+        store_run(baseline, base),
+        store_run(candidate, cand),
+        beneficiary_tasks=tasks(SUMMARY),
+        risk_tasks=tasks(SQL),
+    )
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    open_checks = {m["metric"] for m in decision.verdicts[SUMMARY]["metrics"] if m["status"] == "inconclusive"}
+    assert open_checks - {"pass_rate"}, open_checks
+    evaluation.evaluation_request(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
+    assert again is not None and again.candidate_run_id != ticket.candidate_run_id
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
+
+
 def test_a_policy_without_a_sequential_section_judges_the_first_pair_once(
     erin: User,
     baseline: Backend,

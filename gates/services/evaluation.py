@@ -17,7 +17,7 @@ from core.roles import ADMIN, Actor, has_role, person
 from evaluators import services as run_services
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
 from gates.judge.staged import StagedTask, staged_guardrails
-from gates.models import EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
+from gates.models import DecisionOutcome, EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
 from gates.policy.rules import Policy
 from gates.selectors.stages import looks_judged, series_stages, stage_runs, ticket_staged
 from gates.services.decisions import decision_make
@@ -198,11 +198,30 @@ def _stage_again(ticket: ReleaseTicket) -> bool:
     planned = [t for t in tasks if (task_policy := policy.task(t)) is not None and staged_guardrails(task_policy)]
     if not staged or any(task not in staged for task in planned):
         return False
+    if not _only_staged_questions_open(ticket, staged):
+        return False
     again = [task for task, item in staged.items() if item.may_continue]
     if not again:
         return False
     if stage_request(ticket=ticket, tasks=again, staged=staged) is None:
         _enqueue_check_now(ticket.pk)
+    return True
+
+
+def _only_staged_questions_open(ticket: ReleaseTicket, staged: dict[str, StagedTask]) -> bool:
+    """The latest decision left open only staged pass-rate guardrails: more held-out samples can
+    settle it. Anything else open (a latency check, a missing task) needs both backends measured
+    afresh, which a quality-only stage would not do."""
+    decision = GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id").first()
+    if decision is None or decision.outcome != DecisionOutcome.NEEDS_EVIDENCE:
+        return False
+    for task, verdict in (decision.verdicts or {}).items():
+        for metric in verdict.get("metrics") or []:
+            if metric.get("kind") == "tradeable" or metric.get("status") not in ("inconclusive", "error"):
+                continue
+            item = staged.get(task)
+            if metric.get("status") == "error" or item is None or metric.get("metric") not in item.guardrails:
+                return False
     return True
 
 
