@@ -14,6 +14,9 @@ import pytest
 from django.contrib.auth.models import User
 
 from backends.models import Backend
+from evaluators import pipeline
+from evaluators import services as run_services
+from evaluators.interleave import BASELINE, CANDIDATE
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
 from gates.judge.staged import staged_guardrails, task_looks
 from gates.models import EvaluationStage, GateDecision, ReleaseTicket, TicketStatus
@@ -155,6 +158,54 @@ def test_a_neutral_change_continues_after_stage_one_and_approves_once_the_pooled
     entry = LedgerEntry.objects.get(kind="gate.decision", subject_id=str(ticket.pk))
     assert entry.payload["stages"] == decision.stages
     assert ledger_verify().ok
+
+
+class _Engine:
+    """An engine that is up: the worker's pair path talks to it only through ``quality_phase``."""
+
+    def __init__(self, name: str) -> None:
+        self.base_url, self.model = f"http://127.0.0.1:9/{name}", name
+
+    def is_alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        pass
+
+    def last_log_lines(self, n: int = 30) -> list[str]:
+        return []
+
+
+def test_the_worker_executes_each_stage_on_its_held_out_samples_until_the_ticket_is_judged(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's own path (``run_execute`` → ``pair_execute`` → ``evaluate_pair_task``), with the
+    engines and lm-eval stood in for: every held-out answer right on both sides."""
+    asked: list[tuple[str, str]] = []
+
+    def quality(suite: Any, *, base_url: str, model: str, concurrency: int, workdir: Any, samples: Any) -> Any:
+        asked.append((model, samples[0]["id"]))
+        return [pipeline.SampleOutcome(s["id"], s["prompt"], "t", "o", True, 1.0, "", "") for s in samples]
+
+    monkeypatch.setattr(run_services, "_open_engine", lambda run, attempt: _Engine(run.pair_side))
+    monkeypatch.setattr(pipeline, "quality_phase", quality)
+    ticket = _ticket(erin, baseline, candidate)
+    outcome = _check(ticket, django_capture_on_commit_callbacks)
+    while outcome is None:
+        run_services.run_execute(run_id=_last_stage(ticket).candidate_run_id, worker="w1")
+        outcome = _check(ticket, django_capture_on_commit_callbacks)
+    assert outcome == "approve"
+    stages = list(EvaluationStage.objects.filter(ticket=ticket).order_by("number"))
+    assert [(s.number, s.tasks) for s in stages] == [(2, [SUMMARY, SQL]), (3, [SUMMARY, SQL]), (4, [SQL])]
+    # Each stage answered its own block of held-out samples, the candidate first, then the baseline.
+    assert (CANDIDATE, f"{SQL}-h0201") in asked and (BASELINE, f"{SQL}-h0201") in asked
+    assert SampleRecord.objects.filter(run=stages[-1].candidate_run, task=SQL).count() == 100
+    assert TaskResult.objects.get(run=stages[-1].candidate_run, task=SQL).performance == {}
 
 
 def test_a_harmful_change_is_rejected_at_the_first_look_without_another_stage(
