@@ -129,8 +129,13 @@ def quality_phase(
 
 
 def profile_samples(suite: Suite, profile: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The samples a profile asks quality on: the first ``quality_samples`` shipped ones, or all
+    """The samples a profile asks quality on: a stage's (``stage`` ≥ 2: held-out samples, as many
+    as ``stage_size`` or the shipped file), the first ``quality_samples`` shipped ones, or all
     (None) — a performance-only measurement may ask for a handful."""
+    stage = profile.get("stage")
+    if stage and int(stage) > 1:
+        size = profile.get("stage_size")
+        return suite.stage_samples(int(stage), int(size) if size else None)
     limit = profile.get("quality_samples")
     if not limit:
         return None
@@ -282,6 +287,11 @@ def evaluate_pair_task(
             )
     for outcome in outcomes.values():
         outcome.quality = quality_summary(outcome.samples)
+        if profile.get("stage"):
+            outcome.suite_version = suite.samples_version(profile_samples(suite, profile) or [])
+    if profile.get("quality_only"):
+        # A stage after the first: answers on its held-out samples only, the timing is stage one's.
+        return outcomes[BASELINE], outcomes[CANDIDATE]
     if on_phase:
         on_phase("load (interleaved)")
     sample_ids, requests = load_requests(suite, count=int(profile["requests_per_task"]), seed=int(profile["seed"]))

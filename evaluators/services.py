@@ -165,10 +165,14 @@ def pair_request(
     """Ask for a baseline and a candidate run measured together, interleaved, on one worker.
 
     Both runs are new (timing is never reused); the candidate's run carries the pair's message, a
-    message for either run executes both (:func:`pair_execute`).
+    message for either run executes both (:func:`pair_execute`). A profile with ``stage`` ≥ 2
+    (and ``quality_only``) asks for a later stage's held-out samples, whose pool version the runs
+    record.
     """
     suite_versions = _suite_versions(tasks)
     profile = {**pipeline.DEFAULT_LOAD_PROFILE, **(load_profile or {})}
+    if int(profile.get("stage") or 1) > 1:
+        suite_versions = {slug: get_suite(slug).held_out_version for slug in tasks}
     with transaction.atomic(durable=True):
         cand_run = _run_create(candidate, tasks, suite_versions, profile)
         base_run = _run_create(
@@ -506,8 +510,8 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
         _finish(run, attempt, status, message, error_kind, timings)
 
 
-# Profile keys that decide which answers a run has: how lm-eval asked, and on how many samples.
-QUALITY_KEYS = ("quality_concurrency", "quality_samples")
+# Profile keys that decide which answers a run has: how lm-eval asked, and on which samples.
+QUALITY_KEYS = ("quality_concurrency", "quality_samples", "stage", "stage_size")
 
 
 def _reusable_quality(run: EvaluationRun, task: str) -> tuple[int, list[pipeline.SampleOutcome]] | None:

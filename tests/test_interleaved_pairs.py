@@ -361,3 +361,54 @@ def test_a_profile_may_ask_quality_on_the_first_few_samples() -> None:
     assert pipeline.profile_samples(suite, {}) is None
     few = pipeline.profile_samples(suite, {"quality_samples": 8})
     assert few is not None and [s["id"] for s in few] == [s["id"] for s in suite.load_samples()[:8]]
+
+
+def test_a_stage_profile_asks_that_stages_held_out_samples() -> None:
+    suite = pipeline.get_suite("knowledge_qa")
+    second = pipeline.profile_samples(suite, {"stage": 2})
+    assert second is not None and [s["id"] for s in second] == [s["id"] for s in suite.stage_samples(2)]
+    assert second[0]["id"] == "knowledge_qa-h0001" and len(second) == 100
+    assert pipeline.profile_samples(suite, {"stage": 1}) is None  # stage one is the shipped file
+
+
+def test_a_stage_pair_answers_its_held_out_samples_only_and_measures_no_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[list[str]] = []
+
+    def quality(suite: Any, *, base_url: str, model: str, concurrency: int, workdir: Any, samples: Any) -> Any:
+        asked.append([s["id"] for s in samples])
+        return [_sample(s["id"], True) for s in samples]
+
+    def no_load(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a quality-only stage measured load")
+
+    monkeypatch.setattr(pipeline, "quality_phase", quality)
+    monkeypatch.setattr(pipeline, "measure_interleaved", no_load)
+    endpoint = Endpoint("http://127.0.0.1:9", "m")
+    profile = {**pipeline.DEFAULT_LOAD_PROFILE, "quality_only": True, "stage": 3}
+    base, cand = pipeline.evaluate_pair_task("tool_calling", baseline=endpoint, candidate=endpoint, profile=profile)
+    held_out = [s["id"] for s in pipeline.get_suite("tool_calling").stage_samples(3)]
+    assert asked == [held_out, held_out]  # candidate, then baseline: the same samples
+    assert base.suite_version == cand.suite_version == "1+h1" and cand.quality["n"] == 100
+    assert cand.performance == {} and cand.requests == []
+
+
+@pytest.mark.django_db
+def test_a_stage_reuses_baseline_answers_of_the_same_stage_only(baseline: Backend, candidate: Backend) -> None:
+    earlier, _ = services.pair_request(
+        baseline=baseline, candidate=candidate, tasks=["knowledge_qa"], load_profile={"quality_only": True, "stage": 2}
+    )
+    assert earlier.suite_versions == {"knowledge_qa": "1+h1"}
+    EvaluationRun.objects.filter(pk=earlier.pk).update(status=RunStatus.SUCCEEDED)
+    TaskResult.objects.create(run=earlier, task="knowledge_qa", suite_version="1+h1")
+    SampleRecord.objects.create(
+        run=earlier, task="knowledge_qa", sample_id="knowledge_qa-h0001", passed=True, score=1.0
+    )
+    same, _ = services.pair_request(
+        baseline=baseline, candidate=candidate, tasks=["knowledge_qa"], load_profile={"quality_only": True, "stage": 2}
+    )
+    reused = services._reusable_quality(same, "knowledge_qa")
+    assert reused is not None and reused[0] == earlier.pk
+    later, _ = services.pair_request(
+        baseline=baseline, candidate=candidate, tasks=["knowledge_qa"], load_profile={"quality_only": True, "stage": 3}
+    )
+    assert services._reusable_quality(later, "knowledge_qa") is None  # other held-out samples

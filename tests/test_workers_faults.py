@@ -443,7 +443,8 @@ def test_a_worker_sigkilled_mid_evaluation_finishes_the_run_exactly_once_and_lea
     # The finished run's engine is parked for the next run. A worker killed outright cannot stop
     # it; its next start finds the record and does.
     parked = attempts[1].engine_pgid
-    assert group_alive(parked) and ParkedEngine.objects.filter(pgid=parked).exists()
+    assert parked is not None and group_alive(parked)
+    assert ParkedEngine.objects.filter(pgid=parked).exists()
     workers["gpu"].sigkill()
     assert group_alive(parked)
     workers["gpu"].start()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gates.judge.noise import NoiseFloor
+from gates.judge.staged import StagedTask
 from gates.judge.verdicts import MetricVerdict, TaskEvidence, TaskVerdict, judge_task
 from gates.policy.rules import Policy
 
@@ -204,10 +205,12 @@ def evaluate(
     risk_tasks: Sequence[str],
     seed: int | None = None,
     noise: Mapping[str, NoiseFloor] | None = None,
+    staged: Mapping[str, StagedTask] | None = None,
 ) -> Decision:
     """Judge every task's evidence with its role, then decide (the one call services need).
 
-    ``noise`` holds the baseline's A/A noise floors by task, where a current calibration has them.
+    ``noise`` holds the baseline's A/A noise floors by task, where a current calibration has them;
+    ``staged`` a staged evaluation's looks by task (``gates.judge.staged``).
     """
     verdicts = [
         judge_task(
@@ -218,6 +221,7 @@ def evaluate(
             bottleneck=bottleneck,
             seed=seed,
             noise=(noise or {}).get(item.task),
+            staged=(staged or {}).get(item.task),
         )
         for item in evidence
     ]

@@ -19,6 +19,7 @@ from gates.judge.records import (
     unmeasured_verdict,
 )
 from gates.judge.rules import Rule, min_samples_for
+from gates.judge.staged import StagedTask
 from gates.judge.validity import CLIENT_TIMED, judge_comparability
 from gates.policy.metrics import METRIC_SPECS, is_quality
 from gates.policy.rules import MetricRule, Policy, TaskPolicy
@@ -78,6 +79,7 @@ def judge_task(
     *,
     seed: int | None = None,
     noise: NoiseFloor | None = None,
+    staged: StagedTask | None = None,
 ) -> TaskVerdict:
     """Judge every metric the policy names for one task, plus mechanism and bottleneck rules.
 
@@ -87,6 +89,8 @@ def judge_task(
     are inconclusive when the runs' delivery delays differ too much to compare (``validity``).
     With ``noise`` (the baseline's current A/A calibration of this task) each verdict shows its
     noise floor, and a promised improvement inside it is not counted as a benefit (``noise``).
+    With ``staged`` (a staged evaluation's looks) the pass-rate guardrails are decided by their
+    last look on the pooled stages instead of the fixed test on the first (``gates.judge.staged``).
     """
     task = evidence.task
     task_policy = policy.task(task)
@@ -115,6 +119,8 @@ def judge_task(
         )
         for rule, kind, critical, note in _policy_rules(task_policy, role, active_quant)
     ]
+    if staged is not None:
+        verdicts = staged.apply(verdicts)
     verdicts += _open_loop_verdicts(evidence, task_policy, base_seed, policy.n_boot)
     if role == "beneficiary":
         verdicts += mechanism_verdicts(policy, evidence, task_policy, mechanisms, base_seed)

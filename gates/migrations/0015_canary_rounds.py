@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('gates', '0013_calibration'),
+        ('gates', '0014_evaluation_stages'),
     ]
 
     operations = [

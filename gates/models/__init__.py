@@ -14,6 +14,7 @@ from gates.models.decisions import (
 from gates.models.notifications import GithubCallback, GithubCallbackAttempt, Notification, NotificationAttempt
 from gates.models.reviews import Review, ReviewOutcome, ReviewReason, ReviewStatus
 from gates.models.routes import Route, RouteTableVersion
+from gates.models.stages import EvaluationStage
 from gates.models.tickets import (
     TRANSITIONS,
     Bottleneck,
@@ -33,6 +34,7 @@ __all__ = [
     "CalibrationStatus",
     "CanaryRound",
     "DecisionOutcome",
+    "EvaluationStage",
     "EvidenceAcceptance",
     "GateDecision",
     "GithubCallback",

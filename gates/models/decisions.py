@@ -39,6 +39,11 @@ class GateDecision(models.Model):
     samples_needed = models.JSONField(default=dict)
     warnings = models.JSONField(default=list, help_text="governance findings, e.g. cross-tenant prefix cache")
     seed = models.BigIntegerField(null=True, blank=True)
+    stages = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="a staged evaluation's stages, design and per-task looks; {} for one fixed stage",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     signed_verdict = models.CharField(max_length=20, blank=True, choices=DecisionOutcome.choices)

@@ -20,6 +20,8 @@ import yaml
 from gates.policy.metrics import CANARY_SIGNALS, METRIC_SPECS, is_quality
 from gates.policy.rules import (
     BOTTLENECKS,
+    FUTILITY_CHOICES,
+    MAX_LOOKS,
     MAX_N_BOOT,
     MAX_REPORTED_ERRORS,
     MECHANISMS,
@@ -28,6 +30,7 @@ from gates.policy.rules import (
     POLICY_NAME,
     QUANTIZATION_MECHANISMS,
     REFUSE_UNSETTLEABLE_CHOICES,
+    SPENDING_CHOICES,
     TASK_NAME,
     BottleneckRule,
     CanaryRule,
@@ -41,6 +44,7 @@ from gates.policy.rules import (
     PowerPlanRule,
     PrefixCacheRule,
     QuantizationRule,
+    SequentialRule,
     Slos,
     SpeculativeDecodingRule,
     TaskPolicy,
@@ -333,6 +337,31 @@ def _canary(v: _Validator, raw: Any) -> CanaryRule:
     )
 
 
+def _sequential(v: _Validator, raw: Any) -> SequentialRule:
+    if raw is None:
+        return SequentialRule()  # no section: the fixed design, as every policy before default@5
+    keys = {"enabled", "looks", "stages_per_evaluation", "alpha_spending", "futility", "power"}
+    raw = v.mapping(raw, "sequential", keys)
+    looks = v.integer(raw.get("looks"), "sequential.looks", 2, 5, high=MAX_LOOKS)
+    per_evaluation = v.integer(
+        raw.get("stages_per_evaluation"), "sequential.stages_per_evaluation", 1, looks, high=looks
+    )
+    spending = v.string(raw.get("alpha_spending"), "sequential.alpha_spending", "obrien_fleming")
+    if spending not in SPENDING_CHOICES:
+        v.error("sequential.alpha_spending", f"must be one of {', '.join(SPENDING_CHOICES)}")
+    futility = v.string(raw.get("futility"), "sequential.futility", "pocock")
+    if futility not in FUTILITY_CHOICES:
+        v.error("sequential.futility", f"must be one of {', '.join(FUTILITY_CHOICES)}")
+    return SequentialRule(
+        enabled=v.boolean(raw.get("enabled"), "sequential.enabled", True),
+        looks=looks,
+        stages_per_evaluation=per_evaluation,
+        alpha_spending=spending,
+        futility=futility,
+        power=v.number(raw.get("power"), "sequential.power", 0.5, 0.99, 0.8),
+    )
+
+
 def policy_from_dict(document: Any, source: str | None = None) -> Policy:
     """Validate a parsed policy document; raise :class:`PolicyError` listing every problem."""
     v = _Validator()
@@ -355,6 +384,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         "evidence",
         "power_plan",
         "canary",
+        "sequential",
         "stats",
     }
     raw = v.mapping(document, "", top, {"name", "version", "tasks"})
@@ -390,6 +420,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         v.error("evidence.owner_imported", f"must be one of {', '.join(OWNER_IMPORTED_CHOICES)}")
     stats_raw = v.mapping(raw.get("stats") or {}, "stats", {"n_boot", "seed"})
     power_plan = _power_plan(v, raw.get("power_plan"))
+    sequential = _sequential(v, raw.get("sequential"))
     policy = Policy(
         name=name,
         version=version,
@@ -404,6 +435,7 @@ def _policy(v: _Validator, document: Any, source: str | None) -> Policy:
         evidence=EvidenceRule(owner_imported=owner_imported),
         power_plan=power_plan,
         canary=_canary(v, raw.get("canary")),
+        sequential=sequential,
         n_boot=v.integer(stats_raw.get("n_boot"), "stats.n_boot", 100, 2000, high=MAX_N_BOOT),
         seed=v.integer(stats_raw.get("seed"), "stats.seed", 0, 0),
         source=source,

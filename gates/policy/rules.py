@@ -150,6 +150,38 @@ class PowerPlanRule:
     refuse_unsettleable: str = "measured"
 
 
+SPENDING_CHOICES = ("obrien_fleming", "pocock")
+FUTILITY_CHOICES = ("pocock", "obrien_fleming", "none")
+# Stage sizes are the shipped suite's (100 samples; 200 for compliance_qa), and the held-out pool
+# holds 1,000 more: six stages fit every suite.
+MAX_LOOKS = 6
+
+
+@dataclass(frozen=True)
+class SequentialRule:
+    """Staged evaluation of pass-rate guardrails (``gates.judge.staged``, docs/sequential.md).
+
+    Absent from a policy (``enabled`` False, every policy before ``default@5``), a pass-rate
+    guardrail is judged once on the first pair of runs, as before. Present, the worker evaluates
+    in stages of the suite's shipped size (stage one the shipped samples, the next ones held out)
+    and the judge decides each task after each stage with a group-sequential boundary:
+
+    * ``looks``: the design's looks, the most stages a task is evaluated in;
+    * ``stages_per_evaluation``: how many of them one evaluation request may take (the engine-time
+      budget); *Evaluate again* on a needs-evidence ticket continues the same design;
+    * ``alpha_spending``: the efficacy (and mirrored harm) boundaries' spending function;
+    * ``futility``: the non-binding futility boundary's beta spending (``none``: no futility stop);
+    * ``power``: the power the futility boundary is planned for, against a neutral change.
+    """
+
+    enabled: bool = False
+    looks: int = 5
+    stages_per_evaluation: int = 5
+    alpha_spending: str = "obrien_fleming"
+    futility: str = "pocock"
+    power: float = 0.8
+
+
 @dataclass(frozen=True)
 class CanarySignal:
     """One guardrail of a canary round: the candidate slice may not be worse than the baseline's
@@ -211,6 +243,7 @@ class Policy:
     evidence: EvidenceRule = field(default_factory=EvidenceRule)
     power_plan: PowerPlanRule = field(default_factory=PowerPlanRule)
     canary: CanaryRule = field(default_factory=CanaryRule)
+    sequential: SequentialRule = field(default_factory=SequentialRule)
     n_boot: int = 2000
     seed: int = 0
     source: str | None = field(default=None, compare=False)

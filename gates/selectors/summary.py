@@ -107,7 +107,47 @@ def decision_summary(decision: GateDecision) -> dict[str, Any]:
         "tasks": tasks,
         "findings": blocking_findings(verdicts),
         "warnings": [r.removeprefix(WARNING_PREFIX) for r in decision.reasons or [] if r.startswith(WARNING_PREFIX)],
+        "stages": stage_summary(decision.stages or {}),
     }
+
+
+def _percent(value: float) -> str:
+    return "<0.01%" if 0 < value < 0.0001 else f"{value:.2%}"
+
+
+def stage_summary(stages: dict[str, Any]) -> dict[str, Any] | None:
+    """A staged decision's looks in a few words per task and guardrail (None for one fixed stage).
+
+    Each look reads "pairs · score / ±boundary → outcome"; the α spent is the last look's, one-sided.
+    """
+    if not stages:
+        return None
+    rows = []
+    spending = ""
+    for task, item in (stages.get("tasks") or {}).items():
+        for staged in (item.get("guardrails") or {}).values():
+            spending = spending or staged["design"]["alpha_spending"]
+            looks = staged.get("looks") or []
+            rows.append(
+                {
+                    "task": task,
+                    "label": staged.get("label", ""),
+                    "looks": [
+                        {
+                            "look": look["look"],
+                            "n": look["n"],
+                            "statistic": "—" if look["statistic"] is None else f"{look['statistic']:.2f}",
+                            "bound": "—" if look["efficacy_bound"] is None else f"{look['efficacy_bound']:.2f}",
+                            "outcome": look["outcome"],
+                        }
+                        for look in looks
+                    ],
+                    "of": staged["design"]["looks"],
+                    "alpha_spent": _percent(looks[-1]["alpha_spent"]) if looks else "—",
+                    "outcome": looks[-1]["outcome"] if looks else "",
+                }
+            )
+    return {"count": stages.get("count", 1), "spending": spending, "rows": rows}
 
 
 def next_action(

@@ -10,6 +10,7 @@ decision for comparison but never moves anything.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +20,14 @@ from core.errors import DomainError, NotAllowed
 from core.roles import ADMIN, Actor, has_role, person
 from evaluators.models import EvaluationRun
 from gates.judge import Decision, TaskEvidence, evaluate
+from gates.judge.staged import StagedTask
 from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, TicketStatus
 from gates.policy.rules import Policy
 from gates.prefix_cache import prefix_cache_findings
 from gates.selectors.calibrations import calibration_noise
 from gates.selectors.decisions import decision_current
 from gates.selectors.evidence import run_task_evidence
+from gates.selectors.stages import series_stages, ticket_staged
 from gates.services.policy import gate_policy
 from gates.services.tickets import ticket_transition_within
 from ledger.services import ledger_append
@@ -41,6 +44,8 @@ class Judgement:
     baseline_run: EvaluationRun
     candidate_run: EvaluationRun
     seed: int
+    # A staged evaluation's stages, design and looks (``{}`` when one fixed stage was judged).
+    stages: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = self.decision.to_dict()
@@ -48,6 +53,7 @@ class Judgement:
         data["baseline_run"] = self.baseline_run.pk
         data["candidate_run"] = self.candidate_run.pk
         data["seed"] = self.seed
+        data["stages"] = self.stages
         return data
 
 
@@ -63,7 +69,40 @@ def _runs_checked(ticket: ReleaseTicket) -> tuple[EvaluationRun, EvaluationRun]:
         if run.backend_id != backends[field]:
             raise DomainError(f"the {side} run #{run.pk} measured another backend than the ticket's {side}")
     assert ticket.baseline_run is not None and ticket.candidate_run is not None
+    for stage in series_stages(ticket):
+        for run in (stage.baseline_run, stage.candidate_run):
+            if not run.is_finished:
+                raise DomainError(
+                    f"stage {stage.number}'s run #{run.pk} is still {run.status}; judge it when it has finished"
+                )
     return ticket.baseline_run, ticket.candidate_run
+
+
+def stage_count(ticket: ReleaseTicket) -> int:
+    """How many stages the ticket's current evidence holds (1: its first pair alone)."""
+    return 1 + len(series_stages(ticket))
+
+
+def _stage_evidence(ticket: ReleaseTicket, task: str, first: TaskEvidence) -> TaskEvidence:
+    """The first pair's evidence of ``task``, or a later stage's run error on it: a stage that could
+    not answer is a run error (needs evidence), never judged as if the stage had not been asked for."""
+    for stage in series_stages(ticket):
+        if task not in stage.tasks:
+            continue
+        base, cand = run_task_evidence(stage.baseline_run, task), run_task_evidence(stage.candidate_run, task)
+        if base.error or cand.error:
+            return TaskEvidence(task, base if base.error else first.base, cand if cand.error else first.cand)
+    return first
+
+
+def _stages_record(ticket: ReleaseTicket, staged: dict[str, StagedTask]) -> dict[str, Any]:
+    """What the decision and its ledger entry keep of a staged evaluation."""
+    pairs = [{"stage": 1, "baseline_run": ticket.baseline_run_id, "candidate_run": ticket.candidate_run_id}]
+    pairs += [
+        {"stage": s.number, "baseline_run": s.baseline_run_id, "candidate_run": s.candidate_run_id, "tasks": s.tasks}
+        for s in series_stages(ticket)
+    ]
+    return {"count": len(pairs), "pairs": pairs, "tasks": {task: item.to_dict() for task, item in staged.items()}}
 
 
 def decision_judge(*, ticket: ReleaseTicket, policy: Policy, seed: int | None = None) -> Judgement:
@@ -76,10 +115,16 @@ def decision_judge(*, ticket: ReleaseTicket, policy: Policy, seed: int | None = 
     baseline_run, candidate_run = _runs_checked(ticket)
     beneficiary = [t.slug for t in ticket.beneficiary_tasks.all()]
     risk = [t.slug for t in ticket.risk_tasks.all()]
+    tasks = list(dict.fromkeys(beneficiary + risk))
     evidence = [
-        TaskEvidence(task, run_task_evidence(baseline_run, task), run_task_evidence(candidate_run, task))
-        for task in dict.fromkeys(beneficiary + risk)
+        _stage_evidence(
+            ticket,
+            task,
+            TaskEvidence(task, run_task_evidence(baseline_run, task), run_task_evidence(candidate_run, task)),
+        )
+        for task in tasks
     ]
+    staged = ticket_staged(ticket, policy, tasks)
     used_seed = policy.seed if seed is None else seed
     decision = evaluate(
         policy,
@@ -90,9 +135,11 @@ def decision_judge(*, ticket: ReleaseTicket, policy: Policy, seed: int | None = 
         risk_tasks=risk,
         seed=used_seed,
         noise=calibration_noise(ticket.baseline),
+        staged=staged,
     )
     warnings = tuple(prefix_cache_findings(ticket=ticket))
-    return Judgement(decision, warnings, baseline_run, candidate_run, used_seed)
+    stages = _stages_record(ticket, staged) if policy.sequential.enabled else {}
+    return Judgement(decision, warnings, baseline_run, candidate_run, used_seed, stages)
 
 
 def _load(ticket_id: int, *, lock: bool = False) -> ReleaseTicket:
@@ -129,18 +176,21 @@ def decision_make(
             and previous.policy_version == policy.version_label
             and (previous.baseline_run_id, previous.candidate_run_id)
             == (current.baseline_run_id, current.candidate_run_id)
+            and int((previous.stages or {}).get("count") or 1) == stage_count(current)
         ):
             return previous
     # The statistics run outside the transaction: bootstrap intervals take CPU time, and the
     # ticket row is re-checked under lock below before anything is written.
     judged = decision_judge(ticket=current, policy=policy, seed=seed)
     decision = judged.decision
+    stages = stage_count(current)
     with transaction.atomic(durable=True):
         locked = _load(ticket.pk, lock=True)
-        if (locked.status, locked.baseline_run_id, locked.candidate_run_id) != (
+        if (locked.status, locked.baseline_run_id, locked.candidate_run_id, stage_count(locked)) != (
             current.status,
             current.baseline_run_id,
             current.candidate_run_id,
+            stages,
         ):
             raise DomainError(f"ticket #{locked.pk} changed while it was being judged; judge it again")
         reasons = list(decision.reasons) + [f"Warning: {w['message']}" for w in judged.warnings]
@@ -158,6 +208,7 @@ def decision_make(
             samples_needed=dict(decision.samples_needed),
             warnings=list(judged.warnings),
             seed=judged.seed,
+            stages=judged.stages,
             created_by=person(actor),
         )
         ledger_append(
@@ -177,6 +228,7 @@ def decision_make(
                 "proposed_routes": record.proposed_routes,
                 "reasons": record.reasons,
                 "warnings": record.warnings,
+                "stages": record.stages,
             },
         )
         if record.dry_run:

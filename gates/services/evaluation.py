@@ -15,10 +15,17 @@ from core import queue
 from core.errors import DomainError, NotAllowed
 from core.roles import ADMIN, Actor, has_role, person
 from evaluators import services as run_services
-from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
-from gates.models import GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
+from evaluators.models import EvaluationRun, RunStatus, TaskResult
+from gates.judge.staged import StagedTask, staged_guardrails
+from gates.models import DecisionOutcome, EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
+from gates.policy.rules import Policy
+from gates.selectors.stages import looks_judged, series_stages, stage_runs, ticket_staged
 from gates.services.decisions import decision_make
+from gates.services.dispatch import enqueue_runs, enqueue_ticket_check, run_task_id
+from gates.services.dispatch import run_enqueue as run_enqueue  # re-exported: callers send a run from here
 from gates.services.notifications import notify
+from gates.services.policy import gate_policy
+from gates.services.stages import stage_request
 from gates.services.tickets import ticket_submit, ticket_transition
 from ledger.services import ledger_append
 
@@ -31,33 +38,6 @@ def ticket_tasks(ticket: ReleaseTicket) -> list[str]:
     beneficiary = sorted(t.slug for t in ticket.beneficiary_tasks.all())
     risk = sorted(t.slug for t in ticket.risk_tasks.all() if t.slug not in beneficiary)
     return beneficiary + risk
-
-
-def run_task_id(run_id: int, attempt_number: int) -> str:
-    """The Celery task id of a run's n-th attempt: duplicates share it, a cancel can revoke it."""
-    return f"evaluate-run-{run_id}-a{attempt_number}"
-
-
-def run_enqueue(run_id: int) -> None:
-    """Send a queued run to the ``gpu`` queue (call after commit)."""
-    attempts = EvaluationAttempt.objects.filter(run_id=run_id).count()
-    queue.enqueue(queue.EVALUATE_RUN, run_id, task_id=run_task_id(run_id, attempts + 1))
-    # Only now is the message the broker's: a run still without ``sent_at`` is re-sent by the sweeper.
-    # One message carries an interleaved pair, so it counts as sent for both runs.
-    pair = Q(pk=run_id) | Q(paired_run_id=run_id)
-    EvaluationRun.objects.filter(pair, status=RunStatus.QUEUED, sent_at__isnull=True).update(sent_at=timezone.now())
-
-
-def enqueue_runs(run_ids: list[int]) -> None:
-    """Send each run after the current transaction commits."""
-    for run_id in run_ids:
-        # robust: a broker outage must not fail the request; the sweeper re-sends queued runs.
-        transaction.on_commit(lambda run_id=run_id: run_enqueue(run_id), robust=True)  # type: ignore[misc]
-
-
-def enqueue_ticket_check(ticket_id: int) -> None:
-    """Ask for the ticket's completion check after the current transaction commits."""
-    transaction.on_commit(lambda: queue.enqueue(queue.CHECK_TICKET, ticket_id), robust=True)
 
 
 def _require_owner_or_admin(ticket: ReleaseTicket, actor: Actor, what: str) -> None:
@@ -90,9 +70,12 @@ def _judged_runs(ticket: ReleaseTicket) -> set[int]:
 
 
 def awaits_fresh_runs(ticket: ReleaseTicket) -> bool:
-    """An evaluating ticket still holding runs it was judged on: its re-evaluation has not fanned out."""
+    """An evaluating ticket whose evidence a decision has judged already, every stage of it: its
+    re-evaluation has fanned out neither fresh runs nor a further stage yet."""
     current = {ticket.baseline_run_id, ticket.candidate_run_id} - {None}
-    return bool(current & _judged_runs(ticket))
+    if not current & _judged_runs(ticket):
+        return False
+    return looks_judged(ticket) >= 1 + len(series_stages(ticket))
 
 
 # Claimed bottlenecks with a stress point of their own (evaluators.pipeline); a queueing claim is
@@ -124,12 +107,12 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
         return ticket
     current = [ticket.baseline_run, ticket.candidate_run]
     judged = _judged_runs(ticket)
-    if all(
-        run is not None and run.status not in (RunStatus.ERROR, RunStatus.CANCELLED) and run.pk not in judged
-        for run in current
-    ):
+    measured = all(run is not None and run.status not in (RunStatus.ERROR, RunStatus.CANCELLED) for run in current)
+    if measured and not awaits_fresh_runs(ticket):
         _enqueue_check_now(ticket.pk)  # fanned out already: a redelivery only re-checks
         return ticket
+    if measured and _stage_again(ticket):
+        return ReleaseTicket.objects.get(pk=ticket.pk)
 
     tasks = ticket_tasks(ticket)
     profile = dict(settings.OPTGATE_LOAD_PROFILE)
@@ -193,6 +176,81 @@ def ticket_evaluate(*, ticket_id: int) -> ReleaseTicket | None:
     return ticket
 
 
+def _stage_again(ticket: ReleaseTicket) -> bool:
+    """Evaluated again after *needs evidence*: add a stage to the same paired evidence when the
+    policy stages and a task's design has looks left (not settled; futility does not bind), and
+    nothing in the evidence broke (a run or task error is measured afresh, as before).
+
+    True when a stage was asked for (or another delivery asked for it first: then it re-checks).
+    """
+    policy = gate_policy()
+    rule = policy.sequential
+    stages = series_stages(ticket)
+    if not rule.enabled or 1 + len(stages) >= rule.looks:
+        return False
+    runs = [run for run in stage_runs(ticket) if run is not None]
+    if any(run.status != RunStatus.SUCCEEDED for run in runs):
+        return False
+    if TaskResult.objects.filter(run__in=runs).exclude(error="").exists():
+        return False
+    tasks = ticket_tasks(ticket)
+    staged = ticket_staged(ticket, policy, tasks)
+    planned = [t for t in tasks if (task_policy := policy.task(t)) is not None and staged_guardrails(task_policy)]
+    if not staged or any(task not in staged for task in planned):
+        return False
+    if not _only_staged_questions_open(ticket, staged):
+        return False
+    again = [task for task, item in staged.items() if item.may_continue]
+    if not again:
+        return False
+    if stage_request(ticket=ticket, tasks=again, staged=staged) is None:
+        _enqueue_check_now(ticket.pk)
+    return True
+
+
+def _only_staged_questions_open(ticket: ReleaseTicket, staged: dict[str, StagedTask]) -> bool:
+    """The latest decision left open only staged pass-rate guardrails: more held-out samples can
+    settle it. Anything else open (a latency check, a missing task) needs both backends measured
+    afresh, which a quality-only stage would not do."""
+    decision = GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id").first()
+    if decision is None or decision.outcome != DecisionOutcome.NEEDS_EVIDENCE:
+        return False
+    for task, verdict in (decision.verdicts or {}).items():
+        for metric in verdict.get("metrics") or []:
+            if metric.get("kind") == "tradeable" or metric.get("status") not in ("inconclusive", "error"):
+                continue
+            item = staged.get(task)
+            if metric.get("status") == "error" or item is None or metric.get("metric") not in item.guardrails:
+                return False
+    return True
+
+
+def _next_stage_tasks(ticket: ReleaseTicket, policy: Policy) -> tuple[list[str], dict[str, StagedTask]]:
+    """The tasks whose last look asks for another stage, when this evaluation may take one.
+
+    None when the design's looks or this evaluation's stage budget are spent, or a look already
+    rejects a guardrail that decides the outcome on its own (a beneficiary task's, or a critical
+    one's): the ticket is judged then, and the tasks still open end inconclusive with their estimate.
+    """
+    rule = policy.sequential
+    if not rule.enabled:
+        return [], {}
+    stages = 1 + len(series_stages(ticket))
+    staged = ticket_staged(ticket, policy, ticket_tasks(ticket))
+    if stages >= rule.looks or not staged or any(item.budget_spent for item in staged.values()):
+        return [], staged
+    beneficiary = {t.slug for t in ticket.beneficiary_tasks.all()}
+    critical = policy.critical_tasks_for(list(ticket.mechanisms))
+    for task, item in staged.items():
+        task_policy = policy.task(task)
+        rules = {r.metric: r for r in (task_policy.guardrails if task_policy else ())}
+        for metric, looks in item.guardrails.items():
+            deciding = task in beneficiary or task in critical or rules[metric].critical
+            if looks.last.outcome == "reject" and deciding:
+                return [], staged
+    return [task for task, item in staged.items() if item.continuing], staged
+
+
 def _enqueue_check_now(ticket_id: int) -> None:
     with transaction.atomic():
         enqueue_ticket_check(ticket_id)
@@ -211,13 +269,18 @@ def ticket_check(*, ticket_id: int) -> str | None:
     )
     if ticket is None or ticket.status != TicketStatus.EVALUATING:
         return None
-    runs = [ticket.baseline_run, ticket.candidate_run]
+    runs = stage_runs(ticket)
     if any(run is None or not run.is_finished for run in runs):
         return None
     if any(run is not None and run.status == RunStatus.CANCELLED for run in runs):
         return None
     if awaits_fresh_runs(ticket):
         return None  # evaluated again: the old runs were judged already, the new ones are not yet asked for
+    # Staged: the tasks whose look continues get the next stage; the ticket is judged once none does.
+    more, staged = _next_stage_tasks(ticket, gate_policy())
+    if more:
+        stage_request(ticket=ticket, tasks=more, staged=staged)
+        return None
     try:
         outcome = str(decision_make(ticket=ticket, actor=None).outcome)
     except DomainError:
@@ -234,8 +297,9 @@ def ticket_check(*, ticket_id: int) -> str | None:
 
 
 def tickets_for_run(run_id: int) -> list[int]:
-    """Tickets still evaluating that use ``run_id`` as baseline or candidate evidence."""
-    uses_run = Q(baseline_run_id=run_id) | Q(candidate_run_id=run_id)
+    """Tickets still evaluating that use ``run_id`` as baseline or candidate evidence, of any stage."""
+    in_stage = EvaluationStage.objects.filter(Q(baseline_run_id=run_id) | Q(candidate_run_id=run_id))
+    uses_run = Q(baseline_run_id=run_id) | Q(candidate_run_id=run_id) | Q(pk__in=in_stage.values("ticket_id"))
     return list(ReleaseTicket.objects.filter(uses_run, status=TicketStatus.EVALUATING).values_list("pk", flat=True))
 
 

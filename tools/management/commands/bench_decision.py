@@ -32,7 +32,7 @@ from evaluators.loadgen import LoadRequest, run_load_sync
 from evaluators.models import EvaluationRun
 from evaluators.pipeline import DEFAULT_LOAD_PROFILE, load_requests
 from evaluators.suites import get_suite
-from gates.models import ReleaseTicket, TaskType
+from gates.models import EvaluationStage, ReleaseTicket, TaskType
 from gates.services import evaluation
 from gates.services import tickets as gate_services
 
@@ -124,6 +124,12 @@ class Command(BaseCommand):
             if run is not None and not run.is_finished:
                 run_services.run_execute(run_id=run.pk, worker="bench")
         outcome = evaluation.ticket_check(ticket_id=ticket.pk)
+        # A staged policy asks for further quality-only pairs until every task settles: run each here.
+        while outcome is None and (stage := EvaluationStage.objects.filter(ticket=ticket).order_by("-number").first()):
+            if stage.candidate_run.is_finished:
+                break
+            run_services.run_execute(run_id=stage.candidate_run_id, worker="bench")
+            outcome = evaluation.ticket_check(ticket_id=ticket.pk)
         self.stdout.write(f"{title}: outcome {outcome}")
         evaluated.refresh_from_db()
         return time.monotonic() - started, evaluated

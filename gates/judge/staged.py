@@ -1,0 +1,259 @@
+"""Staged evaluation of pass-rate guardrails: the looks of one task, and the verdicts they give.
+
+The statistics are :mod:`gates.judge.sequential`'s; this module applies them to a ticket's stages.
+A stage is one interleaved pair of runs on the same samples (stage one the shipped suite, each
+further stage held-out samples of the same size); its per-sample outcomes are pooled with the
+earlier stages' by sample id, and look ``k`` is decided on the cumulative counts of stages 1..k.
+
+Pure functions, no database: ``gates.selectors.stages`` reads the outcomes, the services decide
+what to do with the looks (request the next stage, or judge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gates.judge.records import MetricVerdict
+from gates.judge.sequential import (
+    OBRIEN_FLEMING,
+    POCOCK,
+    GroupSequentialDesign,
+    LookDecision,
+    Spending,
+    decide_look,
+    equally_spaced,
+    group_sequential_design,
+)
+from gates.policy.metrics import METRIC_SPECS
+from gates.policy.rules import MetricRule, SequentialRule, TaskPolicy
+
+# One stage's paired outcomes: (baseline passed by sample id, candidate passed by sample id).
+StageOutcomes = tuple[Mapping[str, bool], Mapping[str, bool]]
+_SPENDING = {"obrien_fleming": OBRIEN_FLEMING, "pocock": POCOCK}
+# What a look's outcome makes of the guardrail's verdict.
+_STATUS = {"approve": "pass", "reject": "fail", "futile": "inconclusive", "inconclusive": "inconclusive"}
+
+
+def staged_guardrails(task_policy: TaskPolicy) -> list[MetricRule]:
+    """The task's guardrails judged in stages: non-inferiority margins on the per-sample pass/fail
+    outcome every run stores (a graded score is judged by bootstrap on stage one, as before)."""
+    return [
+        rule
+        for rule in task_policy.guardrails
+        if rule.margin is not None and getattr(METRIC_SPECS.get(rule.metric), "field", "") == "passed"
+    ]
+
+
+def planned_design(rule: SequentialRule, confidence: float) -> GroupSequentialDesign:
+    """The design a staged task is judged with: ``rule.looks`` equally spaced looks at one-sided
+    alpha = (1 − confidence)/2, the fixed judge's level."""
+    beta_spending: Spending | None = None if rule.futility == "none" else _SPENDING[rule.futility]
+    return group_sequential_design(
+        equally_spaced(rule.looks),
+        alpha=(1 - confidence) / 2,
+        beta=1 - rule.power,
+        alpha_spending=_SPENDING[rule.alpha_spending],
+        beta_spending=beta_spending,
+    )
+
+
+@dataclass(frozen=True)
+class StagedLooks:
+    """Every look of one guardrail of one task so far, with the design they were decided under."""
+
+    metric: str
+    label: str
+    design: GroupSequentialDesign
+    looks: tuple[LookDecision, ...]
+    stage_size: int
+    rates: tuple[float, float]  # pooled baseline and candidate pass rates over the paired samples
+
+    @property
+    def last(self) -> LookDecision:
+        return self.looks[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        design = self.design
+        return {
+            "metric": self.metric,
+            "label": self.label,
+            "stage_size": self.stage_size,
+            "design": {
+                "looks": design.looks,
+                "alpha": design.alpha,
+                "alpha_spending": design.alpha_spending.label,
+                "beta_spending": design.beta_spending.label if design.beta_spending else None,
+                "info": list(design.info),
+                "drift": design.drift,
+            },
+            "looks": [look.to_dict() for look in self.looks],
+            "rates": list(self.rates),
+        }
+
+
+def task_looks(
+    rule: SequentialRule, guardrail: MetricRule, stages: Sequence[StageOutcomes], stage_size: int
+) -> StagedLooks:
+    """Look k on the pooled counts of stages 1..k, for each of ``stages`` (at most ``rule.looks``).
+
+    The looks' information fractions are the pairs observed so far over the design's maximum
+    (``looks`` × ``stage_size``), the looks still to come where they were planned, and the drift
+    the planned design's: Lan–DeMets, a look that came out at another count leaves the earlier
+    boundaries as they were. A stage with no pair in common adds no information and is refused.
+    """
+    if not stages:
+        raise ValueError("a staged task needs at least its first stage")
+    if len(stages) > rule.looks:
+        raise ValueError(f"{len(stages)} stages are more than the design's {rule.looks} looks")
+    margin = float(guardrail.margin or 0.0)
+    planned = planned_design(rule, guardrail.confidence)
+    counts: list[tuple[int, int, int]] = []
+    losses = gains = n = base_passed = cand_passed = 0
+    for number, (base, cand) in enumerate(stages, start=1):
+        common = set(base) & set(cand)
+        if not common:
+            raise ValueError(f"stage {number} has no paired sample")
+        base_passed += sum(1 for s in common if base[s])
+        cand_passed += sum(1 for s in common if cand[s])
+        losses += sum(1 for s in common if base[s] and not cand[s])
+        gains += sum(1 for s in common if cand[s] and not base[s])
+        n += len(common)
+        counts.append((losses, gains, n))
+    # Stages larger than planned (evidence brought in from elsewhere) stretch the maximum, so the
+    # looks to come stay where they were planned relative to it.
+    maximum = max(rule.looks * stage_size, n * rule.looks / len(counts))
+    observed = [c[2] / maximum for c in counts]
+    info = tuple(observed + list(planned.info[len(observed) :]))
+    if info == planned.info:
+        design = planned
+    else:
+        design = group_sequential_design(
+            info,
+            alpha=planned.alpha,
+            beta=planned.beta,
+            alpha_spending=planned.alpha_spending,
+            beta_spending=planned.beta_spending,
+            drift=planned.drift,
+        )
+    looks = tuple(
+        decide_look(design, k, losses=b, gains=c, n=m, margin=margin) for k, (b, c, m) in enumerate(counts, start=1)
+    )
+    return StagedLooks(guardrail.metric, guardrail.label, design, looks, stage_size, (base_passed / n, cand_passed / n))
+
+
+def continues(staged: StagedLooks) -> bool:
+    """The task's last look asks for another stage (before the design's last look)."""
+    return staged.last.outcome == "continue"
+
+
+def may_continue(staged: StagedLooks) -> bool:
+    """Another stage may still be added: neither boundary was crossed and looks are left
+    (futility is non-binding, so a task stopped as futile may be continued)."""
+    return not staged.last.settled and staged.last.look < staged.design.looks
+
+
+def staged_verdict(fixed: MetricVerdict, staged: StagedLooks, *, budget_spent: bool) -> MetricVerdict:
+    """The guardrail's verdict from its last look, in place of the fixed design's.
+
+    Approve → pass, reject → fail, futile or inconclusive → inconclusive with the estimate and
+    the repeated confidence interval; a look that would continue but whose evaluation's stage
+    budget is spent (``budget_spent``) is inconclusive and asks for the next stage.
+    """
+    look, design = staged.last, staged.design
+    status = _STATUS.get(look.outcome, "inconclusive")
+    pooled = f"{look.n} paired samples over {look.look} stage{'s' if look.look > 1 else ''}"
+    rates = f"({look.losses} lost, {look.gains} gained; effect {look.effect * 100:+.1f} points"
+    interval = (
+        f"repeated {1 - 2 * look.alpha_spent:.1%} CI {look.interval[0] * 100:+.1f} to {look.interval[1] * 100:+.1f})"
+    )
+    score = f"score {look.statistic:.2f} against ±{look.efficacy_bound:.2f} at look {look.look} of {look.looks}"
+    head = f"{staged.label} on {pooled} {rates}, {interval}: {score}"
+    if look.outcome == "approve":
+        reason = f"{head}; non-inferior within the {look.margin * 100:g}-point margin."
+    elif look.outcome == "reject":
+        reason = f"{head}; worse than the {look.margin * 100:g}-point margin."
+    elif look.outcome == "futile":
+        reason = f"{head}; inside the futility bound ±{look.futility_bound:.2f}: the change sits at the margin."
+    elif look.outcome == "inconclusive":
+        reason = f"{head}; the design's last look crossed neither boundary."
+    else:
+        spent = "this evaluation's stage budget is spent" if budget_spent else "not settled yet"
+        reason = f"{head}; {spent}, the next stage would add {staged.stage_size} samples."
+    needed = staged.stage_size if status == "inconclusive" and look.look < design.looks else None
+    details = {
+        **{k: v for k, v in fixed.details.items() if k not in ("losses", "gains")},
+        "losses": look.losses,
+        "gains": look.gains,
+        "look": look.look,
+        "looks": look.looks,
+        "look_outcome": look.outcome,
+        "statistic": look.statistic,
+        "efficacy_bound": look.efficacy_bound,
+        "futility_bound": look.futility_bound,
+        "alpha_spent": look.alpha_spent,
+        "fixed_status": fixed.status,
+    }
+    return replace(
+        fixed,
+        status=status,  # type: ignore[arg-type]
+        n=look.n,
+        baseline=staged.rates[0],
+        candidate=staged.rates[1],
+        effect=look.effect,
+        interval=look.interval,
+        test=f"group-sequential Tango score ({design.alpha_spending.label}, look {look.look} of {look.looks})",
+        reason=reason,
+        samples_needed=needed,
+        p_value=None,
+        details=details,
+    )
+
+
+def decides(staged: StagedLooks) -> bool:
+    """Whether the last look, rather than the fixed design, gives the guardrail's verdict.
+
+    Always from the second look on (a fixed test of pooled stages would spend its alpha again at
+    every look); at the first look only when it stopped — its boundaries are stricter than the
+    fixed design's, so the two agree there, and a first look that would continue (a decision on
+    one stage asked for directly) is the fixed design's judgement of that stage.
+    """
+    return staged.last.look > 1 or staged.last.stopped
+
+
+@dataclass(frozen=True)
+class StagedTask:
+    """One task's staged guardrails (by metric) and whether its evaluation may take no more stages."""
+
+    guardrails: Mapping[str, StagedLooks]
+    budget_spent: bool = False
+
+    @property
+    def continuing(self) -> bool:
+        """Some guardrail's last look asks for another stage."""
+        return any(continues(staged) for staged in self.guardrails.values())
+
+    @property
+    def may_continue(self) -> bool:
+        return any(may_continue(staged) for staged in self.guardrails.values())
+
+    @property
+    def looks_taken(self) -> int:
+        return max((staged.last.look for staged in self.guardrails.values()), default=0)
+
+    def apply(self, verdicts: Sequence[MetricVerdict]) -> list[MetricVerdict]:
+        """``verdicts`` with each staged guardrail's fixed verdict replaced by its last look's."""
+        out = []
+        for verdict in verdicts:
+            staged = self.guardrails.get(verdict.metric)
+            if verdict.kind == "guardrail" and staged is not None and verdict.n and decides(staged):
+                verdict = staged_verdict(verdict, staged, budget_spent=self.budget_spent)
+            out.append(verdict)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "budget_spent": self.budget_spent,
+            "guardrails": {metric: staged.to_dict() for metric, staged in self.guardrails.items()},
+        }

@@ -1,0 +1,415 @@
+"""Staged evaluation (issue 18): stages of held-out samples until every task's look settles.
+
+No engines: the first pair is stored as the workers leave it (``tests.factories.store_run``), and
+each stage the orchestration asks for is answered here the way ``pair_execute`` stores a
+quality-only pair — a result and per-sample records per task on both runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from backends.models import Backend
+from evaluators import pipeline
+from evaluators import services as run_services
+from evaluators.interleave import BASELINE, CANDIDATE
+from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
+from gates.judge.staged import staged_guardrails, task_looks
+from gates.models import EvaluationStage, GateDecision, ReleaseTicket, TicketStatus
+from gates.policy.parse import load_policy, validate_policy_text
+from gates.policy.rules import POLICY_DIR, PolicyError
+from gates.selectors.decisions import decision_current
+from gates.services import evaluation
+from ledger.models import LedgerEntry
+from ledger.selectors import ledger_verify
+from tests.factories import captured_tasks, drop_passes, evaluating_ticket, store_run, task_spec, tasks
+
+pytestmark = pytest.mark.django_db
+
+SQL, SUMMARY = "dataagent_nl2sql", "cs_summary"
+# 90 of the 100 shipped samples pass on both sides: a seed-only change, no discordant pair.
+GOOD = [True] * 90 + [False] * 10
+
+
+@pytest.fixture
+def sent() -> Any:
+    with captured_tasks() as published:
+        yield published
+
+
+def _ticket(owner: User, baseline: Backend, candidate: Backend, sql_candidate: list[bool] = GOOD) -> ReleaseTicket:
+    """An evaluating ticket whose first pair has finished: a faster candidate (cs_summary, beneficiary)
+    with SQL as a risk task, answered as ``sql_candidate`` says."""
+    base = {SUMMARY: task_spec(GOOD, seed=1), SQL: task_spec(GOOD, seed=2)}
+    cand = {SUMMARY: task_spec(GOOD, speed=0.7, seed=1), SQL: task_spec(sql_candidate, speed=0.7, seed=2)}
+    return evaluating_ticket(
+        owner,
+        baseline,
+        candidate,
+        store_run(baseline, base),
+        store_run(candidate, cand),
+        beneficiary_tasks=tasks(SUMMARY),
+        risk_tasks=tasks(SQL),
+    )
+
+
+def _answer(stage: EvaluationStage, candidate: dict[str, list[bool]] | None = None) -> None:
+    """Finish the stage's pair as the worker would: per task, 100 held-out answers on each side."""
+    for run, side in ((stage.baseline_run, "baseline"), (stage.candidate_run, "candidate")):
+        run.refresh_from_db()
+        run.move(RunStatus.RUNNING)
+        for task in stage.tasks:
+            passed = (candidate or {}).get(task, GOOD) if side == "candidate" else GOOD
+            TaskResult.objects.create(run=run, task=task, suite_version=run.suite_versions[task])
+            SampleRecord.objects.bulk_create(
+                SampleRecord(run=run, task=task, sample_id=f"{task}-h{stage.number}{i:03d}", passed=ok, score=float(ok))
+                for i, ok in enumerate(passed)
+            )
+        run.move(RunStatus.SUCCEEDED)
+
+
+def _check(ticket: ReleaseTicket, capture: Any) -> str | None:
+    with capture(execute=True):
+        return evaluation.ticket_check(ticket_id=ticket.pk)
+
+
+def _last_stage(ticket: ReleaseTicket) -> EvaluationStage:
+    stage = EvaluationStage.objects.filter(ticket=ticket).order_by("-number").first()
+    assert stage is not None
+    return stage
+
+
+# The default policy carries the sequential section switched off; these tests judge with it on.
+STAGED = "sequential:\n  enabled: true"
+
+
+def _policy_file(tmp_path: Path, settings: Any, old: str = "", new: str = "") -> None:
+    """Judge under a copy of the default policy with staged evaluation on and one line changed."""
+    text = (POLICY_DIR / "default.yaml").read_text()
+    assert "sequential:\n  enabled: false" in text and old in text
+    path = tmp_path / "policy.yaml"
+    path.write_text(text.replace("sequential:\n  enabled: false", STAGED).replace(old, new))
+    settings.OPTGATE_GATE_POLICY = str(path)
+
+
+@pytest.fixture(autouse=True)
+def staged_policy(tmp_path: Path, settings: Any) -> None:
+    _policy_file(tmp_path, settings)
+
+
+def test_a_neutral_change_continues_after_stage_one_and_approves_once_the_pooled_pairs_cross_the_boundary(
+    erin: User, baseline: Backend, candidate: Backend, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    ticket = _ticket(erin, baseline, candidate)
+
+    # Look 1 at n = 100: SQL's score 1.43 and the summary's 2.29 are short of 4.88, so both continue.
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    stage = _last_stage(ticket)
+    assert (stage.number, stage.tasks, stage.first_run_id) == (2, [SUMMARY, SQL], ticket.candidate_run_id)
+    profile = stage.candidate_run.load_profile
+    assert profile["stage"] == 2 and profile["quality_only"] is True
+    assert stage.candidate_run.suite_versions == {SUMMARY: "1+h1", SQL: "1+h1"}
+    assert stage.baseline_run.paired_run_id == stage.candidate_run_id
+    # The pair's one message goes with the candidate once the stage is stored.
+    sent["run"].assert_called_once_with(stage.candidate_run_id, task_id=f"evaluate-run-{stage.candidate_run_id}-a1")
+    requested = LedgerEntry.objects.get(kind="ticket.stage_requested", subject_id=str(ticket.pk))
+    assert requested.payload["stage"] == 2 and requested.payload["looks"][SQL]["pass_rate"]["outcome"] == "continue"
+    assert requested.payload["looks"][SQL]["pass_rate"]["n"] == 100
+    assert not GateDecision.objects.filter(ticket=ticket).exists()
+    assert evaluation.tickets_for_run(stage.candidate_run_id) == [ticket.pk]
+    assert _check(ticket, django_capture_on_commit_callbacks) is None  # the stage has not finished: no new stage
+    assert EvaluationStage.objects.filter(ticket=ticket).count() == 1
+
+    _answer(stage)
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    assert (_last_stage(ticket).number, _last_stage(ticket).tasks) == (3, [SUMMARY, SQL])
+
+    # Look 3 at n = 300: the summary's 5-point margin settles (3.97 ≥ 2.68); SQL's 2 points do not
+    # (2.47 < 2.68), so only SQL is asked again.
+    _answer(_last_stage(ticket))
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    assert (_last_stage(ticket).number, _last_stage(ticket).tasks) == (4, [SQL])
+
+    _answer(_last_stage(ticket))
+    assert _check(ticket, django_capture_on_commit_callbacks) == "approve"
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.EVALUATED
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    assert decision.outcome == "approve", decision.reasons
+    sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert sql["status"] == "pass" and sql["n"] == 400 and sql["test"].startswith("group-sequential")
+    assert (sql["details"]["look"], sql["details"]["look_outcome"], sql["details"]["fixed_status"]) == (
+        4,
+        "approve",
+        "inconclusive",
+    )
+    summary = next(m for m in decision.verdicts[SUMMARY]["metrics"] if m["metric"] == "pass_rate")
+    assert (summary["n"], summary["details"]["look"]) == (300, 3)
+
+    # The decision keeps the stages, every look's boundaries and the alpha spent; so does the ledger.
+    assert decision.stages["count"] == 4
+    assert [p["stage"] for p in decision.stages["pairs"]] == [1, 2, 3, 4]
+    looks = decision.stages["tasks"][SQL]["guardrails"]["pass_rate"]["looks"]
+    assert [round(look["efficacy_bound"], 3) for look in looks] == [4.877, 3.357, 2.68, 2.29]
+    assert [look["outcome"] for look in looks] == ["continue", "continue", "continue", "approve"]
+    # O'Brien–Fleming spending at 400 of 500 pairs: 2 − 2Φ(z_0.0125 / √0.8) of the one-sided 0.025.
+    assert looks[-1]["alpha_spent"] == pytest.approx(0.01222, abs=1e-5)
+    assert [look["n"] for look in decision.stages["tasks"][SUMMARY]["guardrails"]["pass_rate"]["looks"]] == [
+        100,
+        200,
+        300,
+    ]
+    entry = LedgerEntry.objects.get(kind="gate.decision", subject_id=str(ticket.pk))
+    assert entry.payload["stages"] == decision.stages
+    assert ledger_verify().ok
+
+
+class _Engine:
+    """An engine that is up: the worker's pair path talks to it only through ``quality_phase``."""
+
+    def __init__(self, name: str) -> None:
+        self.base_url, self.model = f"http://127.0.0.1:9/{name}", name
+
+    def is_alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        pass
+
+    def last_log_lines(self, n: int = 30) -> list[str]:
+        return []
+
+
+def test_the_worker_executes_each_stage_on_its_held_out_samples_until_the_ticket_is_judged(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's own path (``run_execute`` → ``pair_execute`` → ``evaluate_pair_task``), with the
+    engines and lm-eval stood in for: every held-out answer right on both sides."""
+    asked: list[tuple[str, str]] = []
+
+    def quality(suite: Any, *, base_url: str, model: str, concurrency: int, workdir: Any, samples: Any) -> Any:
+        asked.append((model, samples[0]["id"]))
+        return [pipeline.SampleOutcome(s["id"], s["prompt"], "t", "o", True, 1.0, "", "") for s in samples]
+
+    monkeypatch.setattr(run_services, "_open_engine", lambda run, attempt, warm_engine=None: _Engine(run.pair_side))
+    monkeypatch.setattr(pipeline, "quality_phase", quality)
+    ticket = _ticket(erin, baseline, candidate)
+    outcome = _check(ticket, django_capture_on_commit_callbacks)
+    while outcome is None:
+        run_services.run_execute(run_id=_last_stage(ticket).candidate_run_id, worker="w1")
+        outcome = _check(ticket, django_capture_on_commit_callbacks)
+    assert outcome == "approve"
+    stages = list(EvaluationStage.objects.filter(ticket=ticket).order_by("number"))
+    assert [(s.number, s.tasks) for s in stages] == [(2, [SUMMARY, SQL]), (3, [SUMMARY, SQL]), (4, [SQL])]
+    # Each stage answered its own block of held-out samples, the candidate first, then the baseline.
+    assert (CANDIDATE, f"{SQL}-h0201") in asked and (BASELINE, f"{SQL}-h0201") in asked
+    assert SampleRecord.objects.filter(run=stages[-1].candidate_run, task=SQL).count() == 100
+    assert TaskResult.objects.get(run=stages[-1].candidate_run, task=SQL).performance == {}
+
+
+def test_a_harmful_change_is_rejected_at_the_first_look_without_another_stage(
+    erin: User, baseline: Backend, candidate: Backend, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # 30 of the 90 passing SQL answers now fail: the score at −2 points is −5.24, past −4.88.
+    ticket = _ticket(erin, baseline, candidate, sql_candidate=drop_passes(GOOD, 30))
+    assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert sql["status"] == "fail" and (sql["details"]["look"], sql["details"]["look_outcome"]) == (1, "reject")
+    assert decision.stages["count"] == 1
+
+
+def test_evaluate_again_on_a_needs_evidence_ticket_adds_a_stage_and_the_next_decision_pools_both(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    # One stage per evaluation: the first ends needs-evidence with both tasks still open.
+    _policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    ticket = _ticket(erin, baseline, candidate)
+    first = (ticket.baseline_run_id, ticket.candidate_run_id)
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
+
+    evaluation.evaluation_request(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
+        evaluation.ticket_evaluate(ticket_id=ticket.pk)  # a redelivered message adds nothing
+    assert again is not None and again.status == TicketStatus.EVALUATING
+    assert (again.baseline_run_id, again.candidate_run_id) == first  # the same paired evidence, extended
+    stage = _last_stage(ticket)
+    assert (stage.number, stage.tasks) == (2, [SUMMARY, SQL])
+    assert EvaluationStage.objects.filter(ticket=ticket).count() == 1
+    assert EvaluationRun.objects.count() == 4
+    assert _check(ticket, django_capture_on_commit_callbacks) is None  # its pair has not finished
+
+    _answer(stage)
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None and decision.stages["count"] == 2
+    sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert sql["n"] == 200 and sql["status"] == "inconclusive" and "stage budget is spent" in sql["reason"]
+    assert sql["samples_needed"] == 100 and decision.samples_needed[SQL] == 100
+    assert GateDecision.objects.filter(ticket=ticket).count() == 2
+
+
+def test_a_stage_whose_run_failed_needs_evidence_and_evaluating_again_measures_afresh(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+) -> None:
+    settings.OPTGATE_INTERLEAVED = True
+    ticket = _ticket(erin, baseline, candidate)
+    first = (ticket.baseline_run_id, ticket.candidate_run_id)
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    stage = _last_stage(ticket)
+    for run in (stage.baseline_run, stage.candidate_run):
+        run.refresh_from_db()
+        run.move(RunStatus.RUNNING)
+        run.move(RunStatus.ERROR, error="the engine died")
+
+    # A stage that could not answer is a run error, never judged as if it had not been asked for.
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None and decision.verdicts[SQL]["status"] == "error"
+    assert "the engine died" in decision.verdicts[SQL]["reason"]
+
+    evaluation.evaluation_request(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
+    assert again is not None and not {again.baseline_run_id, again.candidate_run_id} & set(first)
+    assert EvaluationStage.objects.filter(ticket=ticket).count() == 1  # the new pair starts a new series
+    assert evaluation.ticket_check(ticket_id=ticket.pk) is None  # waits for the new pair
+
+
+def test_evaluate_again_measures_afresh_when_a_latency_check_is_open_too(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    settings.OPTGATE_INTERLEAVED = True
+    _policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    # 60 requests are fewer than the 100 latency samples cs_summary's policy asks for.
+    few = GOOD[:54] + [False] * 6
+    base = {SUMMARY: task_spec(few, seed=1), SQL: task_spec(drop_passes(GOOD, 30), seed=2)}
+    cand = {SUMMARY: task_spec(few, speed=0.7, seed=1), SQL: task_spec(GOOD, speed=0.7, seed=2)}
+    ticket = evaluating_ticket(
+        erin,
+        baseline,
+        candidate,
+        store_run(baseline, base),
+        store_run(candidate, cand),
+        beneficiary_tasks=tasks(SUMMARY),
+        risk_tasks=tasks(SQL),
+    )
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    open_checks = {m["metric"] for m in decision.verdicts[SUMMARY]["metrics"] if m["status"] == "inconclusive"}
+    assert open_checks - {"pass_rate"}, open_checks
+    evaluation.evaluation_request(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
+    assert again is not None and again.candidate_run_id != ticket.candidate_run_id
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
+
+
+def test_a_policy_with_the_sequential_section_off_judges_the_first_pair_once(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    settings.OPTGATE_GATE_POLICY = "default"  # the section is there, switched off
+    ticket = _ticket(erin, baseline, candidate)
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"  # SQL's fixed interval is too wide
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
+    decision = decision_current(ticket=ticket)
+    assert decision is not None and decision.stages == {}
+    sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert not sql["test"].startswith("group-sequential")
+
+
+def test_the_ticket_page_and_the_api_show_the_stages(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    client: Any,
+    api_for: Any,
+) -> None:
+    ticket = _ticket(erin, baseline, candidate, sql_candidate=drop_passes(GOOD, 30))
+    assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
+    client.force_login(erin)
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    assert 'data-testid="stages"' in page and "1/5: 100 · -5.24 / ±4.88 → reject" in page
+    assert "&lt;0.01%" in page  # O'Brien–Fleming spends almost nothing of alpha at the first look
+    data = api_for(erin).get(f"/api/v1/tickets/{ticket.pk}/decision/").json()
+    assert data["stages"]["count"] == 1 and data["stages"]["tasks"][SQL]["guardrails"]["pass_rate"]["looks"]
+
+
+# --- the looks themselves, and the policy section ---------------------------------------------------
+
+
+def test_looks_pool_stages_by_sample_id_and_replan_a_short_stage_on_its_observed_information() -> None:
+    policy = load_policy("default")
+    guardrail = staged_guardrails(policy.tasks[SQL])[0]
+    same = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": True for i in range(100)}) for k in range(4)]
+    looks = task_looks(policy.sequential, guardrail, same, 100)
+    assert [look.outcome for look in looks.looks] == ["continue", "continue", "continue", "approve"]
+    assert looks.design.info == (0.2, 0.4, 0.6, 0.8, 1.0)
+    # A second stage that answered 50 samples: look 2 sits at 150 of 500 pairs, the later looks stay.
+    short = [same[0], ({f"t{i}": True for i in range(50)}, {f"t{i}": True for i in range(50)})]
+    replanned = task_looks(policy.sequential, guardrail, short, 100)
+    assert replanned.design.info == (0.2, 0.3, 0.6, 0.8, 1.0) and replanned.last.n == 150
+    assert replanned.design.drift == pytest.approx(looks.design.drift)
+    assert replanned.design.efficacy[0] == pytest.approx(looks.design.efficacy[0])
+    # Samples answered on one side only do not pair.
+    with pytest.raises(ValueError, match="stage 2 has no paired sample"):
+        task_looks(policy.sequential, guardrail, [same[0], ({"a": True}, {"b": True})], 100)
+
+
+@pytest.mark.parametrize(
+    ("section", "path"),
+    [
+        ("looks: 9", "sequential.looks"),
+        ("looks: 3\n  stages_per_evaluation: 4", "sequential.stages_per_evaluation"),
+        ("alpha_spending: haybittle", "sequential.alpha_spending"),
+        ("futility: sometimes", "sequential.futility"),
+        ("power: 1.5", "sequential.power"),
+        ("stages: 3", "sequential.stages"),
+    ],
+)
+def test_a_bad_sequential_section_is_refused_naming_the_field(section: str, path: str) -> None:
+    text = (POLICY_DIR / "default.yaml").read_text()
+    start = text.index("sequential:\n")
+    end = text.index("\n\n", start)
+    with pytest.raises(PolicyError, match=path.replace(".", r"\.")):
+        validate_policy_text(text[:start] + f"sequential:\n  {section}" + text[end:])
