@@ -14,7 +14,7 @@ import pytest
 from gates.judge.metric_judge import judge_metric
 from gates.judge.performance import judge_ratio
 from gates.judge.records import RunTaskEvidence, TaskEvidence
-from gates.judge.resampling import bootstrap_ratio
+from gates.judge.resampling import _weighted_statistic, bootstrap_ratio
 from gates.judge.rules import Rule
 from gates.policy.metrics import metric_spec
 from gates.policy.parse import load_policy
@@ -110,3 +110,14 @@ def test_engine_figures_of_interleaved_blocks_get_an_interval_from_the_block_pai
     rule = Rule(metric="max_concurrency", kind="guardrail", label="max concurrency", margin=0.2)
     levels = _engine_evidence({"max_concurrency": [4.0] * 4}, {"max_concurrency": [16.0] * 4})
     assert judge_metric(rule, levels, CODE).test.startswith("point comparison")
+
+
+@pytest.mark.parametrize("stat,percentile", [("median", 50), ("p90", 90), ("p95", 95), ("p99", 99)])
+def test_a_replicate_statistic_is_that_of_its_pairs_laid_out_one_by_one(stat: str, percentile: int) -> None:
+    rng = np.random.default_rng(percentile)
+    values = rng.lognormal(size=37)
+    counts = rng.integers(0, 4, size=(50, 37))
+    counts[:, 0] += 1  # no empty replicate
+    expanded = [np.percentile(np.repeat(values, row), percentile) for row in counts]
+    assert np.allclose(_weighted_statistic(values, counts, stat), expanded)  # type: ignore[arg-type]
+    assert np.allclose(_weighted_statistic(values, counts, "mean"), [np.mean(np.repeat(values, row)) for row in counts])
