@@ -248,3 +248,57 @@ def box_svg(
         )
     parts.append("</svg>")
     return mark_safe("".join(parts))  # safe: names and units are escaped, the rest is numeric
+
+
+def rounds_svg(
+    series: Mapping[str, Sequence[float | None]],
+    rounds: Sequence[int],
+    *,
+    title: str,
+    unit: str,
+    chart_id: str = "rounds",
+    width: int = 480,
+    height: int = 220,
+) -> SafeString:
+    """One line per series over numbered rounds (x: round number, y: the value in ``unit``).
+
+    A ``None`` value (nothing measured in that round) breaks the line instead of drawing a zero.
+    """
+    values = [v for points in series.values() for v in points if v is not None and math.isfinite(v)]
+    if not values or not rounds:
+        return _empty(width, height, title, chart_id)
+    ticks = nice_ticks(0.0, max(values))
+    frame = _Frame(width, height, float(rounds[0]), float(rounds[-1]) if len(rounds) > 1 else rounds[0] + 1.0)
+    span = (ticks[-1] - ticks[0]) or 1.0
+
+    def y(value: float) -> float:
+        return frame.y_fraction((value - ticks[0]) / span)
+
+    latest = {name: next((v for v in reversed(points) if v is not None), None) for name, points in series.items()}
+    desc = "; ".join(
+        f"{name}: latest {_fmt(value)} {unit}" if value is not None else f"{name}: not measured"
+        for name, value in latest.items()
+    )
+    parts = _svg_open(width, height, title, f"Per round. {desc}", chart_id)
+    for tick in ticks:
+        parts.append(f'<line x1="{frame.left}" y1="{y(tick):.1f}" x2="{frame.right}" y2="{y(tick):.1f}" class="grid"/>')
+        parts.append(f'<text x="{frame.left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{_fmt(tick)}</text>')
+    parts += _x_axis(frame, [float(number) for number in rounds], f"round ({unit} on the left)")
+    for index, (_name, points) in enumerate(series.items()):
+        colour, dash = STYLES[index % len(STYLES)]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        path: list[str] = []
+        pen_down = False
+        for number, value in zip(rounds, points, strict=True):
+            if value is None or not math.isfinite(value):
+                pen_down = False
+                continue
+            x = frame.x(float(number))
+            path.append(f"{'L' if pen_down else 'M'}{x:.1f},{y(value):.1f}")
+            parts.append(f'<circle cx="{x:.1f}" cy="{y(value):.1f}" r="3" fill="{colour}"/>')
+            pen_down = True
+        if path:
+            parts.append(f'<path d="{" ".join(path)}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>')
+    parts += _legend(frame, list(series))
+    parts.append("</svg>")
+    return mark_safe("".join(parts))  # safe: names and units are escaped, the rest is numeric

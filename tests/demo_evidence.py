@@ -119,9 +119,10 @@ def demo_evidence(tmp_path_factory: pytest.TempPathFactory) -> DemoEvidence:
     var_dir = tmp_path_factory.mktemp("demo")
     env = {key: value for key, value in os.environ.items() if key not in SERVICE_VARIABLES}
     env["OPTGATE_VAR_DIR"] = str(var_dir)
-    command = [sys.executable, "manage.py", "demo", "--no-serve", "--port", str(find_free_port()), "--timeout", "1800"]
+    # About 16 minutes on a quiet two-core box; the limits leave room for a box twice as slow.
+    command = [sys.executable, "manage.py", "demo", "--no-serve", "--port", str(find_free_port()), "--timeout", "2700"]
     done = subprocess.run(
-        command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=2400, check=False
+        command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=3000, check=False
     )
     return DemoEvidence(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr, var_dir=var_dir)
 

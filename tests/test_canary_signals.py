@@ -259,3 +259,57 @@ def test_the_worker_records_an_error_round_when_nobody_answers_and_raises_for_a_
     tasks.run_canary_round(in_canary.pk)  # the same message again: the round is not due, nothing runs
     assert CanaryRound.objects.filter(ticket=in_canary).count() == 1
     assert backend_verdict(backend_name=in_canary.candidate.name).verdict == "canary_error"
+
+
+def slice_numbers(requests: int, bad: int, ttft_p95_ms: float) -> dict[str, Any]:
+    return {
+        "requests": requests,
+        "outcomes": {"ok": requests - bad, "tool_arg_error": bad},
+        "latency_ms": {"ttft_p95": ttft_p95_ms},
+    }
+
+
+def test_the_ticket_page_shows_the_rounds_as_a_timeline_with_each_tasks_slices_over_the_rounds(
+    in_canary: ReleaseTicket, erin: User
+) -> None:
+    from tests.ui_helpers import client_for
+
+    first = a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
+    second = a_round(in_canary, 2, "fail", "propose_rollback", {"cs_summary": "pass", "code_assistant": "fail"})
+    for stored, bad in ((first, 1), (second, 20)):
+        stored.tasks["code_assistant"].update(
+            candidate=slice_numbers(200, bad, 410.0), baseline=slice_numbers(800, 4, 400.0)
+        )
+        stored.traffic = {"code_assistant": 200 * stored.number, "cs_summary": 150 * stored.number}
+        stored.save()
+
+    page = client_for(erin).get(f"/tickets/{in_canary.pk}/").content.decode()
+
+    assert "Canary analysis rounds" in page and 'id="canary-fold" open' in page  # open while in canary
+    assert page.index('id="canary-round-1"') < page.index('id="canary-round-2"')
+    assert "round 2 said fail" in page and "propose rollback" in page
+    assert "code_assistant: fail" in page
+    assert "candidate requests so far: code_assistant 400, cs_summary 300" in page
+    # The latest round's candidate slice: 20 of 200 requests with a bad outcome; the baseline's 4 of 800.
+    assert "candidate (canary tenants): latest 10 %" in page and "baseline (other tenants): latest 0.5 %" in page
+    assert "code_assistant: TTFT P95" in page and "candidate (canary tenants): latest 410 ms" in page
+    # A task whose rounds carry no slice numbers gets its charts, empty rather than drawn as zeros.
+    assert "cs_summary: requests with a bad outcome" in page and "no measurements" in page
+
+
+def test_a_ticket_that_never_went_into_canary_has_no_rounds_section(erin: User, baseline: Any, candidate: Any) -> None:
+    from tests.ui_helpers import client_for
+
+    ticket = decided("approve", erin, baseline, candidate)
+    page = client_for(erin).get(f"/tickets/{ticket.pk}/").content.decode()
+    assert page.count("Canary analysis rounds") == 0
+
+
+def test_a_round_chart_breaks_its_line_where_nothing_was_measured() -> None:
+    from evaluators.charts import rounds_svg
+
+    svg = rounds_svg({"candidate": [1.0, None, 3.0]}, [1, 2, 3], title="t", unit="%", chart_id="c")
+    path = svg.split('<path d="', 1)[1].split('"', 1)[0]
+    assert path.count("M") == 2 and path.count("L") == 0  # two separate points, no line across the gap
+    assert svg.count("<circle") == 2
+    assert "no measurements" in rounds_svg({"candidate": [None, None]}, [1, 2], title="t", unit="%")

@@ -24,6 +24,7 @@ from gates.forms.presets import PRESETS
 from gates.forms.review import SignOffForm
 from gates.forms.tickets import REASON_CODES, TICKET_ERROR_FIELDS, TicketForm, TransitionForm
 from gates.models import Mechanism, ReleaseTicket, TicketStatus
+from gates.selectors.canary import canary_timeline
 from gates.selectors.decisions import decision_current
 from gates.selectors.evidence import ticket_provenance
 from gates.selectors.plan import stored_ticket_plan, ticket_plan, ticket_tasks_with_roles
@@ -201,6 +202,7 @@ def _ticket_page(
             regression_examples(ticket, decision["rows"]) if decision else {},
         ),
         "route_changes": proposed_route_changes(ticket, decision),
+        "canary": canary_timeline(ticket),
         "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
         "provenance": provenance,

@@ -1,0 +1,116 @@
+"""A ticket's canary as its page shows it: the analysis rounds as a timeline, and per task the two
+slices (candidate for the canary tenants, baseline for the others) over the rounds.
+
+Everything comes from the stored rounds (``CanaryRound``): what Prometheus answered then, not
+what it would answer now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils.safestring import SafeString
+
+from evaluators.charts import rounds_svg
+from gates.models import CanaryRound, ReleaseTicket
+
+GOOD_OUTCOME = "ok"
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    """One round in the timeline: when, what it found, what it did, and each task's status."""
+
+    number: int
+    window_end: datetime
+    verdict: str
+    action: str
+    action_label: str
+    reason: str
+    task_status: dict[str, str]
+    error: str
+
+
+@dataclass(frozen=True)
+class TaskCharts:
+    task: str
+    bad_outcomes: SafeString
+    ttft_p95: SafeString
+
+
+@dataclass(frozen=True)
+class CanaryTimeline:
+    rounds: list[RoundRow]
+    charts: list[TaskCharts] = field(default_factory=list)
+    # Candidate requests per task since the canary started, as the latest round counted them.
+    traffic: dict[str, int] = field(default_factory=dict)
+
+
+def _bad_share(numbers: dict[str, Any] | None) -> float | None:
+    """Percent of a slice's requests with any outcome other than ``ok``; None when it served none."""
+    if not numbers or not numbers.get("requests"):
+        return None
+    outcomes = numbers.get("outcomes") or {}
+    bad = sum(count for outcome, count in outcomes.items() if outcome != GOOD_OUTCOME)
+    return 100.0 * bad / numbers["requests"]
+
+
+def _ttft_p95(numbers: dict[str, Any] | None) -> float | None:
+    value = ((numbers or {}).get("latency_ms") or {}).get("ttft_p95")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def canary_timeline(ticket: ReleaseTicket) -> CanaryTimeline | None:
+    """The rounds of the ticket's canary, oldest first; None when it never went into canary."""
+    if ticket.canary_started_at is None:
+        return None
+    rounds = list(CanaryRound.objects.filter(ticket=ticket).order_by("number"))
+    labels = dict(CanaryRound._meta.get_field("action").choices or [])
+    rows = [
+        RoundRow(
+            number=r.number,
+            window_end=r.window_end,
+            verdict=r.verdict,
+            action=r.action,
+            action_label=str(labels.get(r.action, r.action)),
+            reason=r.reason,
+            task_status={task: result.get("status", "") for task, result in sorted(r.tasks.items())},
+            error=r.error,
+        )
+        for r in rounds
+    ]
+    numbers = [r.number for r in rounds]
+    tasks = sorted({task for r in rounds for task in r.tasks})
+    charts = []
+    for task in tasks:
+        sides = [(r.tasks.get(task) or {}) for r in rounds]
+        slug = f"canary-{ticket.pk}-{task}"
+        charts.append(
+            TaskCharts(
+                task=task,
+                bad_outcomes=rounds_svg(
+                    {
+                        "baseline (other tenants)": [_bad_share(side.get("baseline")) for side in sides],
+                        "candidate (canary tenants)": [_bad_share(side.get("candidate")) for side in sides],
+                    },
+                    numbers,
+                    title=f"{task}: requests with a bad outcome",
+                    unit="%",
+                    chart_id=f"{slug}-bad",
+                ),
+                ttft_p95=rounds_svg(
+                    {
+                        "baseline (other tenants)": [_ttft_p95(side.get("baseline")) for side in sides],
+                        "candidate (canary tenants)": [_ttft_p95(side.get("candidate")) for side in sides],
+                    },
+                    numbers,
+                    title=f"{task}: TTFT P95",
+                    unit="ms",
+                    chart_id=f"{slug}-ttft",
+                ),
+            )
+        )
+    traffic = dict(rounds[-1].traffic) if rounds else {}
+    return CanaryTimeline(rounds=rows, charts=charts, traffic=traffic)
