@@ -8,6 +8,7 @@ both slices, lets Prometheus scrape them (every second) and runs rounds with a s
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ def canary_policy(tmp_path: Path, **canary_overrides: Any) -> Policy:
             "min_requests_per_round": 20,
             "min_requests": 2000,
             "max_inconclusive_rounds": 1,
+            # A peak period of six seconds, looked for over the last six minutes.
+            "peak_period_minutes": 0.1,
+            "peak_lookback_hours": 0.1,
             **canary_overrides,
         }
     )
@@ -208,6 +212,37 @@ def test_a_healthy_canary_promotes_only_after_the_window_and_the_traffic_minimum
     assert ticket.status == TicketStatus.DEFAULT
     defaults = {r.task.slug: r.backend.name for r in route_table().filter(tenant="")}
     assert defaults["cs_summary"] == defaults["code_assistant"] == ticket.candidate.name
+
+
+def test_a_canary_promotes_only_after_a_passing_round_at_a_peak_period(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path, settings: Any
+) -> None:
+    settings.OPTGATE_AUTO_PROMOTE_RISK_TIERS = ["low", "medium", "high"]
+    ticket = in_canary
+    policy = canary_policy(tmp_path, min_requests=1000)
+    prepare(exporter, ticket, prometheus)
+    # The busy period came before: 3,000 requests per slice in one burst, then quieter traffic.
+    drive(exporter, ticket, requests=3000)
+    prometheus.wait_for_scrapes(2)
+    time.sleep(7)  # past one round's window: the next round no longer sees the burst itself
+
+    window_ended(ticket)
+    drive(exporter, ticket, requests=600)
+    prometheus.wait_for_scrapes(2)
+    quiet = run_round(ticket, policy, prometheus)
+    assert (quiet.verdict, quiet.action) == ("pass", RoundAction.CONTINUE), quiet.reason
+    assert "no passing round has yet seen a peak period" in quiet.reason and "code_assistant (" in quiet.reason
+    peak = quiet.tasks["code_assistant"]["peak"]
+    assert not peak["at_peak"] and 0 < peak["rate"] < 0.8 * peak["busiest"], peak
+    assert all(seen >= 1000 for seen in quiet.traffic.values())  # traffic was not what held it back
+    assert ticket.status == TicketStatus.CANARY
+
+    drive(exporter, ticket, requests=4500)
+    prometheus.wait_for_scrapes(2)
+    busy = run_round(ticket, policy, prometheus)
+    assert busy.tasks["code_assistant"]["peak"]["at_peak"], busy.tasks["code_assistant"]["peak"]
+    assert (busy.verdict, busy.action) == ("pass", RoundAction.PROMOTE), busy.reason
+    assert ticket.status == TicketStatus.DEFAULT
 
 
 def test_prometheus_down_makes_an_error_round_never_a_pass(

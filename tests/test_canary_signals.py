@@ -172,6 +172,25 @@ def test_the_default_policy_carries_the_canary_section() -> None:
     assert rule.interval_minutes == 5 and rule.min_requests == 1000 and not rule.auto_rollback
     critical = {signal.metric for signal in rule.signals if signal.critical}
     assert critical == {"error_rate", "parse_error_rate", "tool_arg_error_rate"}
+    # A peak period: a round at 80 % or more of the task's busiest hour of the last week.
+    assert (rule.peak_fraction, rule.peak_period_minutes, rule.peak_lookback_hours) == (0.8, 60, 168)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("peak_fraction", 1.5), ("peak_fraction", "most"), ("peak_period_minutes", 0), ("peak_lookback_hours", -1)],
+)
+def test_a_peak_setting_out_of_range_is_refused_naming_it(key: str, value: Any) -> None:
+    import yaml
+
+    from gates.policy.parse import PolicyError, validate_policy_text
+    from gates.policy.rules import POLICY_DIR
+
+    document = yaml.safe_load((POLICY_DIR / "default.yaml").read_text())
+    document["canary"][key] = value
+    with pytest.raises(PolicyError) as refused:
+        validate_policy_text(yaml.safe_dump(document), source="edited")
+    assert f"canary.{key}" in str(refused.value) and "must be a number between" in str(refused.value)
 
 
 # --- the live state for rollout tools, and the schedule -----------------------------------------

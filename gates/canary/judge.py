@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.canary.queries import SliceNumbers
+from gates.canary.queries import PeakReading, SliceNumbers
 from gates.judge.counts import judge_bad_rate
 from gates.judge.performance import judge_point
 from gates.judge.records import MetricVerdict, unmeasured_verdict
@@ -33,6 +33,7 @@ class TaskRound:
     candidate: SliceNumbers
     baseline: SliceNumbers
     critical_failures: list[str] = field(default_factory=list)
+    peak: PeakReading | None = None
 
     @property
     def reason(self) -> str:
@@ -51,6 +52,7 @@ class TaskRound:
             "candidate": self.candidate.to_dict(),
             "baseline": self.baseline.to_dict(),
             "verdicts": [verdict.to_dict() for verdict in self.verdicts],
+            "peak": self.peak.to_dict() if self.peak else None,
         }
 
 

@@ -166,3 +166,53 @@ def requests_since(prometheus: Prometheus, part: Slice, *, at: datetime, since: 
     )
     value = _value(rows[0]) if rows else None
     return round(value) if value is not None else 0
+
+
+@dataclass(frozen=True)
+class PeakReading:
+    """A task's traffic now (over the round) against its busiest period in the look-back, per second."""
+
+    rate: float
+    busiest: float | None
+    fraction: float
+
+    @property
+    def at_peak(self) -> bool:
+        """The round carried at least ``fraction`` of the busiest period's rate (the busiest so far
+        when the look-back holds no earlier traffic)."""
+        if self.rate <= 0:
+            return False
+        return not self.busiest or self.rate >= self.fraction * self.busiest
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rate": self.rate, "busiest": self.busiest, "fraction": self.fraction, "at_peak": self.at_peak}
+
+
+def peak_reading(
+    prometheus: Prometheus,
+    task: str,
+    *,
+    at: datetime,
+    window_s: float,
+    period_s: float,
+    lookback_s: float,
+    fraction: float,
+) -> PeakReading:
+    """The task's request rate over the round and its busiest ``period_s`` rate over ``lookback_s``,
+    on every backend and tenant (the task's whole traffic, whatever the canary routes)."""
+    selector = f'task="{_quote(task)}",outcome!="{HUMAN_RETURN}"'
+    period = _window(period_s)
+    # Overlapping periods (a step of a quarter period): with steps of a whole period, an increase
+    # between the last scrape of one window and the first of the next would fall in neither.
+    step = _window(period_s / 4)
+    now_rows = prometheus.query(
+        f"sum(rate({OUTCOME_METRIC}{{{selector}}}[{_window(window_s)}]))", at=at, purpose=f"traffic this round: {task}"
+    )
+    busiest_rows = prometheus.query(
+        f"max_over_time(sum(rate({OUTCOME_METRIC}{{{selector}}}[{period}]))[{_window(lookback_s)}:{step}])",
+        at=at,
+        purpose=f"busiest {period} of traffic in the look-back: {task}",
+    )
+    rate = (_value(now_rows[0]) if now_rows else None) or 0.0
+    busiest = _value(busiest_rows[0]) if busiest_rows else None
+    return PeakReading(rate=rate, busiest=busiest, fraction=fraction)

@@ -288,6 +288,9 @@ def _canary(v: _Validator, raw: Any) -> CanaryRule:
         "max_inconclusive_rounds",
         "auto_rollback",
         "signals",
+        "peak_fraction",
+        "peak_period_minutes",
+        "peak_lookback_hours",
     }
     raw = v.mapping(raw or {}, "canary", keys)
     defaults = CanaryRule()
@@ -334,6 +337,13 @@ def _canary(v: _Validator, raw: Any) -> CanaryRule:
         ),
         auto_rollback=v.boolean(raw.get("auto_rollback"), "canary.auto_rollback", defaults.auto_rollback),
         signals=signals,
+        peak_fraction=v.number(raw.get("peak_fraction"), "canary.peak_fraction", 0, 1, defaults.peak_fraction),
+        peak_period_minutes=v.number(
+            raw.get("peak_period_minutes"), "canary.peak_period_minutes", 0.05, 1440, defaults.peak_period_minutes
+        ),
+        peak_lookback_hours=v.number(
+            raw.get("peak_lookback_hours"), "canary.peak_lookback_hours", 0.01, 24 * 90, defaults.peak_lookback_hours
+        ),
     )
 
 

@@ -214,8 +214,11 @@ class CanaryRule:
     than ``min_requests_per_round`` requests is inconclusive; more than ``max_inconclusive_rounds``
     inconclusive rounds in a row pause the canary for people. A critical signal broken rolls that
     task back to the rollback target when ``auto_rollback``, else proposes it in a review.
-    Promotion needs the window's end, every round passed, and ``min_requests`` candidate requests
-    per task over the canary: time alone never promotes.
+    Promotion needs the window's end, every round passed, ``min_requests`` candidate requests per
+    task over the canary, and per task at least one passing round at a peak period: its traffic on
+    the task (every backend and tenant) at least ``peak_fraction`` of the task's busiest
+    ``peak_period_minutes`` over the last ``peak_lookback_hours`` (``peak_fraction: 0`` drops the
+    condition). Time alone never promotes.
     """
 
     interval_minutes: float = 5.0
@@ -224,6 +227,9 @@ class CanaryRule:
     max_inconclusive_rounds: int = 3
     auto_rollback: bool = False
     signals: tuple[CanarySignal, ...] = DEFAULT_CANARY_SIGNALS
+    peak_fraction: float = 0.8
+    peak_period_minutes: float = 60.0
+    peak_lookback_hours: float = 168.0
 
 
 @dataclass(frozen=True)

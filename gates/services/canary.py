@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from core.errors import DomainError
 from gates.canary.judge import SEVERITY, TaskRound, judge_task_round, latency_quantiles
-from gates.canary.queries import Prometheus, PrometheusError, Slice, requests_since, slice_numbers
+from gates.canary.queries import Prometheus, PrometheusError, Slice, peak_reading, requests_since, slice_numbers
 from gates.models import CanaryRound, ReleaseTicket, ReviewReason, RoundAction, RoundVerdict, TicketStatus
 from gates.policy.rules import CanaryRule, Policy
 from gates.selectors.routes import route_table
@@ -195,6 +195,16 @@ def _measure(
         candidate = slice_numbers(prometheus, canary_slice, at=now, window_s=window_s, quantiles=quantiles)
         baseline = slice_numbers(prometheus, baseline_slice, at=now, window_s=window_s, quantiles=quantiles)
         results[task] = judge_task_round(task, candidate=candidate, baseline=baseline, rule=rule)
+        if rule.peak_fraction > 0:
+            results[task].peak = peak_reading(
+                prometheus,
+                task,
+                at=now,
+                window_s=window_s,
+                period_s=rule.peak_period_minutes * 60,
+                lookback_s=rule.peak_lookback_hours * 3600,
+                fraction=rule.peak_fraction,
+            )
         assert ticket.canary_started_at is not None
         traffic[task] = requests_since(prometheus, canary_slice, at=now, since=ticket.canary_started_at)
     return results, traffic
@@ -225,7 +235,7 @@ def _decide(
     if verdict == "inconclusive":
         unsettled = "; ".join(f"{task}: {r.reason}" for task, r in results.items() if r.status == "inconclusive")
         return _inconclusive(ticket, rule, unsettled)
-    return _on_pass(ticket, rule, traffic, now=now)
+    return _on_pass(ticket, rule, results, traffic, now=now)
 
 
 def _inconclusive(ticket: ReleaseTicket, rule: CanaryRule, reason: str) -> Plan:
@@ -244,7 +254,17 @@ def _inconclusive(ticket: ReleaseTicket, rule: CanaryRule, reason: str) -> Plan:
     return Plan(RoundVerdict.INCONCLUSIVE, RoundAction.CONTINUE, f"Inconclusive ({streak} in a row) — {reason}")
 
 
-def _on_pass(ticket: ReleaseTicket, rule: CanaryRule, traffic: dict[str, int], *, now: datetime) -> Plan:
+def _without_peak(ticket: ReleaseTicket, results: dict[str, TaskRound]) -> list[str]:
+    """Tasks no passing round of the canary (this one included) has seen at a peak period."""
+    seen = {task for task, result in results.items() if result.peak is not None and result.peak.at_peak}
+    for earlier in rounds_of_canary(ticket).filter(verdict=RoundVerdict.PASS).only("tasks"):
+        seen |= {task for task, stored in earlier.tasks.items() if (stored.get("peak") or {}).get("at_peak")}
+    return sorted(set(results) - seen)
+
+
+def _on_pass(
+    ticket: ReleaseTicket, rule: CanaryRule, results: dict[str, TaskRound], traffic: dict[str, int], *, now: datetime
+) -> Plan:
     assert ticket.canary_started_at is not None
     ends = ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours)
     paused = rounds_of_canary(ticket).filter(action=RoundAction.PAUSE).first()
@@ -275,6 +295,16 @@ def _on_pass(ticket: ReleaseTicket, rule: CanaryRule, traffic: dict[str, int], *
             f"The window has ended and every round passed, but the candidate has served too little traffic "
             f"to promote ({words} requests; the policy asks {rule.min_requests} per task).",
         )
+    unpeaked = _without_peak(ticket, results) if rule.peak_fraction > 0 else []
+    if unpeaked:
+        words = "; ".join(_peak_words(task, results[task]) for task in unpeaked)
+        return Plan(
+            RoundVerdict.PASS,
+            RoundAction.CONTINUE,
+            f"The window has ended, every round passed and every task saw enough traffic, but no passing round "
+            f"has yet seen a peak period (at least {rule.peak_fraction:.0%} of the busiest "
+            f"{rule.peak_period_minutes:g} minutes of the last {rule.peak_lookback_hours:g} hours) for {words}.",
+        )
     action = RoundAction.PROMOTE if _auto_promotes(ticket) else RoundAction.PROPOSE_PROMOTE
     seen = ", ".join(f"{task} {count}" for task, count in sorted(traffic.items()))
     return Plan(
@@ -282,6 +312,13 @@ def _on_pass(ticket: ReleaseTicket, rule: CanaryRule, traffic: dict[str, int], *
         action,
         f"The window has ended, every round passed and every task saw enough traffic ({seen} requests).",
     )
+
+
+def _peak_words(task: str, result: TaskRound) -> str:
+    peak = result.peak
+    if peak is None or not peak.busiest:
+        return task
+    return f"{task} ({peak.rate * 60:.0f} requests/min this round, busiest {peak.busiest * 60:.0f})"
 
 
 def _store(
