@@ -7,6 +7,7 @@ what it would answer now.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -62,19 +63,41 @@ def _ttft_p95(numbers: dict[str, Any] | None) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _slices_chart(
+    task: str,
+    sides: list[dict[str, Any]],
+    numbers: list[int],
+    read: Callable[[dict[str, Any] | None], float | None],
+    *,
+    title: str,
+    unit: str,
+    chart_id: str,
+) -> SafeString:
+    """One chart over the rounds: the baseline slice against the candidate slice, as ``read`` reads them."""
+    return rounds_svg(
+        {
+            "baseline (other tenants)": [read(side.get("baseline")) for side in sides],
+            "candidate (canary tenants)": [read(side.get("candidate")) for side in sides],
+        },
+        numbers,
+        title=f"{task}: {title}",
+        unit=unit,
+        chart_id=chart_id,
+    )
+
+
 def canary_timeline(ticket: ReleaseTicket) -> CanaryTimeline | None:
     """The rounds of the ticket's canary, oldest first; None when it never went into canary."""
     if ticket.canary_started_at is None:
         return None
     rounds = list(CanaryRound.objects.filter(ticket=ticket).order_by("number"))
-    labels = dict(CanaryRound._meta.get_field("action").choices or [])
     rows = [
         RoundRow(
             number=r.number,
             window_end=r.window_end,
             verdict=r.verdict,
             action=r.action,
-            action_label=str(labels.get(r.action, r.action)),
+            action_label=r.get_action_display(),
             reason=r.reason,
             task_status={task: result.get("status", "") for task, result in sorted(r.tasks.items())},
             error=r.error,
@@ -82,33 +105,24 @@ def canary_timeline(ticket: ReleaseTicket) -> CanaryTimeline | None:
         for r in rounds
     ]
     numbers = [r.number for r in rounds]
-    tasks = sorted({task for r in rounds for task in r.tasks})
     charts = []
-    for task in tasks:
+    for task in sorted({task for r in rounds for task in r.tasks}):
         sides = [(r.tasks.get(task) or {}) for r in rounds]
         slug = f"canary-{ticket.pk}-{task}"
         charts.append(
             TaskCharts(
                 task=task,
-                bad_outcomes=rounds_svg(
-                    {
-                        "baseline (other tenants)": [_bad_share(side.get("baseline")) for side in sides],
-                        "candidate (canary tenants)": [_bad_share(side.get("candidate")) for side in sides],
-                    },
+                bad_outcomes=_slices_chart(
+                    task,
+                    sides,
                     numbers,
-                    title=f"{task}: requests with a bad outcome",
+                    _bad_share,
+                    title="requests with a bad outcome",
                     unit="%",
                     chart_id=f"{slug}-bad",
                 ),
-                ttft_p95=rounds_svg(
-                    {
-                        "baseline (other tenants)": [_ttft_p95(side.get("baseline")) for side in sides],
-                        "candidate (canary tenants)": [_ttft_p95(side.get("candidate")) for side in sides],
-                    },
-                    numbers,
-                    title=f"{task}: TTFT P95",
-                    unit="ms",
-                    chart_id=f"{slug}-ttft",
+                ttft_p95=_slices_chart(
+                    task, sides, numbers, _ttft_p95, title="TTFT P95", unit="ms", chart_id=f"{slug}-ttft"
                 ),
             )
         )
