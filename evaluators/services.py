@@ -240,15 +240,15 @@ def _launch_key(run: EvaluationRun) -> str | None:
     )
 
 
-def _take_warm(runs: Collection[EvaluationRun]) -> tuple[EvaluationRun, EngineHandle, dict[str, Any]] | None:
-    """The parked engine of this worker process when one of ``runs`` would launch exactly it (any
+def _take_warm(runs: Collection[EvaluationRun]) -> dict[int, tuple[EngineHandle, dict[str, Any]]]:
+    """By run id, the engines this worker process kept warm that ``runs`` would launch exactly (any
     other parked engine is stopped before the new starts)."""
-    keys = {key: run for run in runs if (key := _launch_key(run)) is not None}
-    taken = warm.take(*keys)
-    if taken is None:
-        return None
-    key, engine, info = taken
-    return keys[key], engine, info
+    keyed = [(key, run) for run in runs if (key := _launch_key(run)) is not None]
+    found: dict[int, tuple[EngineHandle, dict[str, Any]]] = {}
+    for key, engine, info in warm.take(*(key for key, _ in keyed)):
+        run = next(run for run_key, run in keyed if run_key == key and run.pk not in found)
+        found[run.pk] = (engine, info)
+    return found
 
 
 def _open_engine(
@@ -367,8 +367,7 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
     try:
         with _sigterm_cancels():
             try:
-                taken = _take_warm([run])
-                engine = _open_engine(run, attempt, taken[1:] if taken else None)
+                engine = _open_engine(run, attempt, _take_warm([run]).get(run.pk))
             except EngineStartError as exc:
                 kind = RunErrorKind.START_FAILED if exc.exit_code is not None else RunErrorKind.OTHER
                 raise
@@ -424,13 +423,12 @@ class PairStartError(Exception):
 
 
 def _open_pair(claimed: dict[str, tuple[EvaluationRun, EvaluationAttempt]]) -> dict[str, EngineHandle | AttachedEngine]:
-    """Start both engines at once (start-up dominates on small machines), or take the one this
+    """Start both engines at once (start-up dominates on small machines), or take those this
     worker kept warm; if either fails, stop the other."""
     taken = _take_warm([run for run, _ in claimed.values()])
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-start") as pool:
         futures = {
-            side: pool.submit(_open_engine, run, attempt, taken[1:] if taken and taken[0] == run else None)
-            for side, (run, attempt) in claimed.items()
+            side: pool.submit(_open_engine, run, attempt, taken.get(run.pk)) for side, (run, attempt) in claimed.items()
         }
         engines: dict[str, EngineHandle | AttachedEngine] = {}
         errors: dict[str, EngineStartError] = {}
@@ -500,10 +498,11 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
         outcome = {side: (RunStatus.ERROR, message, RunErrorKind.OTHER) for side in runs}
         logger.exception("pair %s failed", [r.pk for r in runs.values()])
     finally:
-        # The baseline's engine stays up for this worker's next pair when this one went well.
+        # Both engines stay up for this worker's next pair when this one went well: the next
+        # ticket usually shares the baseline, and a staged evaluation's next stage needs both.
         went_well = all(status == RunStatus.SUCCEEDED for status, _, _ in outcome.values())
         for side, engine in engines.items():
-            _park_or_stop(engine, runs[side], worker, keep=went_well and side == BASELINE)
+            _park_or_stop(engine, runs[side], worker, keep=went_well)
     timings["total_s"] = round(time.monotonic() - started, 3)
     for side, (run, attempt) in claimed.items():
         status, message, error_kind = outcome[side]

@@ -1,16 +1,18 @@
-"""The warm engine: the last engine a worker process measured with, kept up for the next run.
+"""Warm engines: the engines a worker process last measured with, kept up for its next run.
 
 Start-up dominates a decision's engine time on small machines (two CPU engines take ~47 s to start
-together, against ~18 s of quality and ~8 s of load), and consecutive tickets usually share their
-baseline. So a worker process *parks* the baseline's engine after a pair (and a single run's engine
-after that run) instead of stopping it, and the next run whose engine would start with exactly the
-same launch (model files, served name, engine arguments, device, environment) *takes* it.
+together, against ~18 s of quality and ~8 s of load), consecutive tickets usually share their
+baseline, and a staged evaluation runs the same pair again for every stage. So a worker process
+*parks* both engines of a pair that went well (and a single run's engine after that run) instead
+of stopping them, and the next run whose engine would start with exactly the same launch (model
+files, served name, engine arguments, device, environment) *takes* it.
 
 Rules that keep this safe:
 
-- **One parked engine per worker process.** Starting any engine that does not match stops the
-  parked one first: its memory (the GPU's, on a GPU worker) belongs to the new start.
-- **An idle timeout** (``OPTGATE_WARM_ENGINE_IDLE_S``; 0 turns parking off): a timer stops it.
+- **At most one pair's engines per worker process** (:data:`MAX_PARKED`), never more than the
+  pair itself held while it ran. Starting any engine that does not match stops every parked one
+  first: their memory (the GPU's, on a GPU worker) belongs to the new starts.
+- **An idle timeout** (``OPTGATE_WARM_ENGINE_IDLE_S``; 0 turns parking off): a timer stops each.
 - **A record outside the process** (:class:`~evaluators.models.ParkedEngine`: worker, pid, process
   group, expiry). An engine runs in its own session, so a worker that dies (SIGKILL, OOM) would
   leave it running; the worker's next start and the sweeper kill the groups of records whose
@@ -77,7 +79,7 @@ def launch_key(*, model_dir: Path, served_model_name: str, engine_args: Mapping[
     )
 
 
-@dataclass
+@dataclass(eq=False)
 class _Parked:
     key: str
     engine: EngineHandle
@@ -86,44 +88,52 @@ class _Parked:
     timer: threading.Timer
 
 
+# The two engines of one pair: a staged evaluation's next stage takes both.
+MAX_PARKED = 2
+
 _lock = threading.Lock()
-_parked: _Parked | None = None
+_parked: list[_Parked] = []
 
 
 def idle_timeout_s() -> float:
     return float(settings.OPTGATE_WARM_ENGINE_IDLE_S)
 
 
-def take(*keys: str) -> tuple[str, EngineHandle, dict[str, Any]] | None:
-    """The parked engine when it was launched as one of ``keys`` and still answers, with its key
-    and what the attempt records about it; any other parked engine is stopped (the new starts
-    need its memory)."""
-    parked = _unpark()
-    if parked is None:
-        return None
-    if parked.key in keys and parked.engine.is_alive() and _healthy(parked.engine):
-        info = {
-            "started_for_run": parked.started_for_run,
-            "engine_log": str(parked.engine.log_path),
-            "parked_s": round(time.monotonic() - parked.parked_at, 1),
-            "up_s": round(time.monotonic() - parked.engine.started_at, 1),
-        }
-        logger.info("taking the warm engine %s (started for run %s)", parked.engine, parked.started_for_run)
-        return parked.key, parked.engine, info
-    logger.info("stopping the warm engine %s: the next run needs another engine", parked.engine)
-    parked.engine.stop()
-    return None
+def take(*keys: str) -> list[tuple[str, EngineHandle, dict[str, Any]]]:
+    """The parked engines launched as one of ``keys`` that still answer (a key listed twice can
+    take two engines, as both sides of an A/A pair launch alike), each with its key and what the
+    attempt records about it; every other parked engine is stopped (the new starts need its memory)."""
+    wanted = list(keys)
+    taken = []
+    for parked in _unpark_all():
+        if parked.key in wanted and parked.engine.is_alive() and _healthy(parked.engine):
+            wanted.remove(parked.key)
+            info = {
+                "started_for_run": parked.started_for_run,
+                "engine_log": str(parked.engine.log_path),
+                "parked_s": round(time.monotonic() - parked.parked_at, 1),
+                "up_s": round(time.monotonic() - parked.engine.started_at, 1),
+            }
+            logger.info("taking the warm engine %s (started for run %s)", parked.engine, parked.started_for_run)
+            taken.append((parked.key, parked.engine, info))
+        else:
+            logger.info("stopping the warm engine %s: the next run needs another engine", parked.engine)
+            parked.engine.stop()
+    return taken
 
 
 def park(engine: EngineHandle, *, key: str, worker: str, run_id: int | None, backend_id: int | None) -> bool:
     """Keep ``engine`` up for the next run of this process instead of stopping it; False (and the
-    engine stopped) when parking is off or the engine is not healthy."""
-    global _parked
+    engine stopped) when parking is off or the engine is not healthy. The oldest parked engine is
+    stopped when :data:`MAX_PARKED` are up already."""
     idle = idle_timeout_s()
     if idle <= 0 or not engine.is_alive() or not _healthy(engine):
         engine.stop()
         return False
-    stop_parked()  # one at most
+    with _lock:
+        oldest = _parked[0] if len(_parked) >= MAX_PARKED else None
+    if oldest is not None:
+        _stop(oldest)
     expires_at = timezone.now() + timedelta(seconds=idle)
     ParkedEngine.objects.create(
         worker=worker,
@@ -139,55 +149,64 @@ def park(engine: EngineHandle, *, key: str, worker: str, run_id: int | None, bac
     timer = threading.Timer(idle, _expire, args=(engine,))
     timer.daemon = True
     with _lock:
-        _parked = _Parked(key=key, engine=engine, started_for_run=run_id, parked_at=time.monotonic(), timer=timer)
+        _parked.append(_Parked(key=key, engine=engine, started_for_run=run_id, parked_at=time.monotonic(), timer=timer))
     timer.start()
     logger.info("parked %s for %.0f s", engine, idle)
     return True
 
 
 def stop_parked() -> None:
-    """Stop this process's parked engine, if any (worker shutdown, interpreter exit, a new start)."""
-    parked = _unpark()
-    if parked is not None:
+    """Stop this process's parked engines (worker shutdown, interpreter exit, a new start)."""
+    for parked in _unpark_all():
         parked.engine.stop()
 
 
 def kill_parked_now() -> None:
-    """Kill this process's parked engine without touching the database (from a signal handler: the
-    process may be inside a query; the record goes with the next :func:`reap`)."""
+    """Kill this process's parked engines without touching the database (from a signal handler: the
+    process may be inside a query; the records go with the next :func:`reap`)."""
     with _lock:
-        parked = _parked
-    if parked is not None:
+        parked_now = list(_parked)
+    for parked in parked_now:
         parked.timer.cancel()
         kill_process_group(parked.engine.pgid, grace_s=2.0)
 
 
-def parked_engine() -> EngineHandle | None:
-    """This process's parked engine (for tests and the benchmark)."""
+def parked_engines() -> list[EngineHandle]:
+    """This process's parked engines, oldest first (for tests and the benchmark)."""
     with _lock:
-        return _parked.engine if _parked else None
+        return [parked.engine for parked in _parked]
 
 
-def _unpark() -> _Parked | None:
-    """Take the parked engine out of this process's slot and its record out of the database."""
-    global _parked
+def _unpark_all() -> list[_Parked]:
+    """Take every parked engine out of this process's slots and their records out of the database."""
     with _lock:
-        parked, _parked = _parked, None
-    if parked is None:
-        return None
+        taken = list(_parked)
+        _parked.clear()
+    for parked in taken:
+        parked.timer.cancel()
+        _forget(parked.engine.pgid)
+    return taken
+
+
+def _stop(parked: _Parked) -> None:
+    """Stop one parked engine, if it is still parked."""
+    with _lock:
+        if parked not in _parked:
+            return
+        _parked.remove(parked)
     parked.timer.cancel()
     _forget(parked.engine.pgid)
-    return parked
+    parked.engine.stop()
 
 
 def _expire(engine: EngineHandle) -> None:
     with _lock:
-        expired = _parked is not None and _parked.engine is engine
-    if not expired:
+        parked = next((p for p in _parked if p.engine is engine), None)
+    if parked is None:
         return
     logger.info("the warm engine %s was idle for %.0f s: stopping it", engine, idle_timeout_s())
     try:
-        stop_parked()
+        _stop(parked)
     finally:
         connection.close()  # this timer thread's own connection
 

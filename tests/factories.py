@@ -22,6 +22,7 @@ from backends.models import Backend
 from core import queue
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
 from gates.models import ReleaseTicket, TaskType
+from gates.policy.rules import POLICY_DIR
 from gates.services import decisions, routing, signoff
 from gates.services import tickets as services
 
@@ -300,3 +301,14 @@ def captured_tasks() -> Iterator[dict[str, mock.MagicMock]]:
 
     with mock.patch("core.queue.enqueue", side_effect=publish):
         yield sent
+
+
+def staged_policy_file(tmp_path: Path, settings: Any, old: str = "", new: str = "") -> None:
+    """Judge under a copy of the default policy with staged evaluation on (whatever the shipped
+    file says) and ``old`` replaced by ``new``."""
+    text = (POLICY_DIR / "default.yaml").read_text()
+    assert "sequential:\n  enabled:" in text and old in text
+    text = text.replace("sequential:\n  enabled: false", "sequential:\n  enabled: true").replace(old, new)
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    settings.OPTGATE_GATE_POLICY = str(path)

@@ -26,7 +26,15 @@ from gates.selectors.decisions import decision_current
 from gates.services import evaluation
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
-from tests.factories import captured_tasks, drop_passes, evaluating_ticket, store_run, task_spec, tasks
+from tests.factories import (
+    captured_tasks,
+    drop_passes,
+    evaluating_ticket,
+    staged_policy_file,
+    store_run,
+    task_spec,
+    tasks,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -83,22 +91,9 @@ def _last_stage(ticket: ReleaseTicket) -> EvaluationStage:
     return stage
 
 
-# The default policy carries the sequential section switched off; these tests judge with it on.
-STAGED = "sequential:\n  enabled: true"
-
-
-def _policy_file(tmp_path: Path, settings: Any, old: str = "", new: str = "") -> None:
-    """Judge under a copy of the default policy with staged evaluation on and one line changed."""
-    text = (POLICY_DIR / "default.yaml").read_text()
-    assert "sequential:\n  enabled: false" in text and old in text
-    path = tmp_path / "policy.yaml"
-    path.write_text(text.replace("sequential:\n  enabled: false", STAGED).replace(old, new))
-    settings.OPTGATE_GATE_POLICY = str(path)
-
-
 @pytest.fixture(autouse=True)
 def staged_policy(tmp_path: Path, settings: Any) -> None:
-    _policy_file(tmp_path, settings)
+    staged_policy_file(tmp_path, settings)
 
 
 def test_a_neutral_change_continues_after_stage_one_and_approves_once_the_pooled_pairs_cross_the_boundary(
@@ -241,7 +236,7 @@ def test_evaluate_again_on_a_needs_evidence_ticket_adds_a_stage_and_the_next_dec
     tmp_path: Path,
 ) -> None:
     # One stage per evaluation: the first ends needs-evidence with both tasks still open.
-    _policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
     ticket = _ticket(erin, baseline, candidate)
     first = (ticket.baseline_run_id, ticket.candidate_run_id)
     assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
@@ -311,7 +306,7 @@ def test_evaluate_again_measures_afresh_when_a_latency_check_is_open_too(
     tmp_path: Path,
 ) -> None:
     settings.OPTGATE_INTERLEAVED = True
-    _policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
     # 60 requests are fewer than the 100 latency samples cs_summary's policy asks for.
     few = GOOD[:54] + [False] * 6
     base = {SUMMARY: task_spec(few, seed=1), SQL: task_spec(drop_passes(GOOD, 30), seed=2)}

@@ -1,5 +1,5 @@
-"""The warm engine (evaluators.warm): a worker process keeps the engine of its last run up for the
-next run launched the same way, one at most, for an idle timeout, and nothing outlives a worker
+"""Warm engines (evaluators.warm): a worker process keeps the engines of its last run or pair up
+for the next run launched the same way, one pair's two at most, for an idle timeout, and nothing outlives a worker
 process that dies: the record of the parked engine lets the next worker start or the sweeper kill it.
 
 The "engine" here is a real process in its own session answering ``/health`` (what the warm
@@ -71,14 +71,42 @@ def test_a_parked_engine_is_taken_by_the_next_launch_with_its_key_and_its_record
     assert (record.pgid, record.owner_pid, record.port) == (engine.pgid, os.getpid(), engine.port)
     assert record.expires_at > timezone.now() + timedelta(seconds=590)
 
-    taken = warm.take("candidate", "baseline")
-    assert taken is not None
-    key, same, info = taken
+    [(key, same, info)] = warm.take("candidate", "baseline")
     assert (key, same) == ("baseline", engine) and info["engine_log"] == str(engine.log_path)
     assert group_alive(engine.pgid)
     assert not ParkedEngine.objects.exists()  # the attempt that took it owns it now
-    assert warm.take("baseline") is None  # one taker only
+    assert warm.take("baseline") == []  # one taker only
     engine.stop()
+
+
+@pytest.mark.django_db
+def test_both_engines_of_a_pair_are_taken_by_the_next_pair_even_when_they_launch_alike(
+    tmp_path: Path, settings: Any
+) -> None:
+    settings.OPTGATE_WARM_ENGINE_IDLE_S = 600
+    baseline, candidate = start_engine(tmp_path, "baseline"), start_engine(tmp_path, "candidate")
+    warm.park(baseline, key="same", worker="w", run_id=None, backend_id=None)
+    warm.park(candidate, key="same", worker="w", run_id=None, backend_id=None)
+
+    taken = warm.take("same", "same")
+    assert sorted(engine.pgid for _, engine, _ in taken) == sorted([baseline.pgid, candidate.pgid])
+    assert group_alive(baseline.pgid) and group_alive(candidate.pgid)
+    assert not ParkedEngine.objects.exists()
+    baseline.stop()
+    candidate.stop()
+
+
+@pytest.mark.django_db
+def test_a_pair_takes_its_matching_engine_and_the_other_parked_one_stops(tmp_path: Path, settings: Any) -> None:
+    settings.OPTGATE_WARM_ENGINE_IDLE_S = 600
+    baseline, old_candidate = start_engine(tmp_path, "baseline"), start_engine(tmp_path, "old-candidate")
+    warm.park(baseline, key="baseline", worker="w", run_id=None, backend_id=None)
+    warm.park(old_candidate, key="old-candidate", worker="w", run_id=None, backend_id=None)
+
+    [(key, engine, _)] = warm.take("baseline", "new-candidate")
+    assert (key, engine) == ("baseline", baseline)
+    assert group_alive(baseline.pgid) and not group_alive(old_candidate.pgid)
+    baseline.stop()
 
 
 @pytest.mark.django_db
@@ -87,20 +115,21 @@ def test_a_launch_with_another_key_stops_the_parked_engine_first(tmp_path: Path,
     engine = start_engine(tmp_path)
     warm.park(engine, key="baseline", worker="w", run_id=None, backend_id=None)
 
-    assert warm.take("another-backend") is None
+    assert warm.take("another-backend") == []
     assert not group_alive(engine.pgid)
     assert not ParkedEngine.objects.exists()
 
 
 @pytest.mark.django_db
-def test_one_parked_engine_at_most(tmp_path: Path, settings: Any) -> None:
+def test_one_pairs_two_parked_engines_at_most(tmp_path: Path, settings: Any) -> None:
     settings.OPTGATE_WARM_ENGINE_IDLE_S = 600
-    first, second = start_engine(tmp_path, "first"), start_engine(tmp_path, "second")
-    warm.park(first, key="a", worker="w", run_id=None, backend_id=None)
-    warm.park(second, key="b", worker="w", run_id=None, backend_id=None)
+    first, second, third = (start_engine(tmp_path, name) for name in ("first", "second", "third"))
+    for key, engine in (("a", first), ("b", second), ("c", third)):
+        warm.park(engine, key=key, worker="w", run_id=None, backend_id=None)
 
-    assert not group_alive(first.pgid) and group_alive(second.pgid)
-    assert list(ParkedEngine.objects.values_list("pgid", flat=True)) == [second.pgid]
+    assert not group_alive(first.pgid) and group_alive(second.pgid) and group_alive(third.pgid)
+    assert warm.parked_engines() == [second, third]
+    assert sorted(ParkedEngine.objects.values_list("pgid", flat=True)) == sorted([second.pgid, third.pgid])
 
 
 @pytest.mark.django_db
@@ -108,7 +137,7 @@ def test_parking_off_or_an_unhealthy_engine_stops_it(tmp_path: Path, settings: A
     settings.OPTGATE_WARM_ENGINE_IDLE_S = 0
     engine = start_engine(tmp_path)
     assert not warm.park(engine, key="a", worker="w", run_id=None, backend_id=None)
-    assert not group_alive(engine.pgid) and warm.parked_engine() is None
+    assert not group_alive(engine.pgid) and warm.parked_engines() == []
 
     settings.OPTGATE_WARM_ENGINE_IDLE_S = 600
     dead = start_engine(tmp_path)
@@ -129,7 +158,7 @@ def test_an_idle_parked_engine_stops_at_its_timeout(tmp_path: Path, settings: An
     while group_alive(engine.pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not group_alive(engine.pgid)
-    assert warm.parked_engine() is None
+    assert warm.parked_engines() == []
     assert not ParkedEngine.objects.exists()
 
 

@@ -345,15 +345,13 @@ def test_a_ticket_submitted_while_redis_is_down_is_evaluated_once_redis_returns(
     assert LedgerEntry.objects.filter(kind="ticket.evaluation_requested", subject_id=str(ticket.pk)).count() == 1
     assert ledger_verify().ok
 
-    # The candidate's engine stopped with its run; the baseline's stays warm for the next pair,
-    # recorded, until the worker stops (its pool process kills it on the way out).
-    candidate_pgid = ticket.candidate_run.attempts.get().engine_pgid
-    baseline_pgid = ticket.baseline_run.attempts.get().engine_pgid
-    assert not group_alive(candidate_pgid)
-    assert group_alive(baseline_pgid)
-    assert list(ParkedEngine.objects.values_list("pgid", flat=True)) == [baseline_pgid]
+    # Both engines of the pair stay warm for the next pair (or the next stage), recorded, until
+    # the worker stops (its pool process kills them on the way out).
+    pgids = {run.attempts.get().engine_pgid for run in (ticket.baseline_run, ticket.candidate_run)}
+    assert all(group_alive(pgid) for pgid in pgids)
+    assert set(ParkedEngine.objects.values_list("pgid", flat=True)) == pgids
     workers["gpu"].stop()
-    wait_for("the parked engine to stop with its worker", lambda: not group_alive(baseline_pgid), 60, 1)
+    wait_for("the parked engines to stop with their worker", lambda: not any(map(group_alive, pgids)), 60, 1)
 
 
 def test_a_needs_evidence_ticket_evaluated_again_is_measured_afresh_by_the_workers(

@@ -1,0 +1,105 @@
+"""Staged evaluation on real vLLM-on-CPU engines with the shipped kit: a seed-only change settles
+its pass-rate guardrail through held-out stages instead of waiting on *needs evidence*.
+
+One task (code_assistant, a 5-point margin): the first interleaved pair measures everything, then
+``ticket_check`` asks for quality-only stages on held-out samples, each executed by the worker's own
+path (``run_execute`` → ``pair_execute``), until the look settles — look 3 at 300 pairs when no
+answer differs (greedy decoding over the same weights). Every stage after the first takes both
+engines the pair before it kept warm (``evaluators.warm``) instead of starting them again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from backends.models import Backend
+from backends.services import backend_register
+from evaluators import services
+from evaluators.models import RunStatus, SampleRecord
+from gates.models import EvaluationStage
+from gates.selectors.decisions import decision_current
+from gates.services import evaluation
+from tests.factories import evaluating_ticket, staged_policy_file, tasks
+from tools.kit import BASE, Kit, ensure_kit
+
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+TASK = "code_assistant"
+
+
+@pytest.fixture(scope="module")
+def kit() -> Kit:
+    return ensure_kit()
+
+
+def _backend(kit: Kit, erin: User, name: str, **engine_args: Any) -> Backend:
+    backend, _ = backend_register(
+        actor=erin,
+        name=name,
+        model_id="optgate/kit-base",
+        model_path=str(kit.path(BASE)),
+        model_revision=kit.revision(BASE),
+        engine_version="0.32.0",
+        hardware_class="cpu",
+        engine_args={
+            "max_model_len": 2048,
+            "seed": 0,
+            "max_num_seqs": 8,
+            "enable_prefix_caching": False,
+            **engine_args,
+        },
+        sampling_params={"temperature": 0.0},
+    )
+    return backend
+
+
+def test_a_seed_only_change_settles_its_guardrail_through_held_out_stages(
+    kit: Kit, settings: Any, erin: User, tmp_path: Any
+) -> None:
+    staged_policy_file(tmp_path, settings)
+    settings.OPTGATE_MODEL_ROOTS = [kit.root]
+    settings.OPTGATE_ARTIFACTS_DIR = tmp_path
+    settings.OPTGATE_LOAD_PROFILE = {"requests_per_task": 40, "open_loop_requests": 0}
+    baseline, candidate = _backend(kit, erin, "kit-base"), _backend(kit, erin, "kit-base-seed1", seed=1)
+    base_run, cand_run = services.pair_request(
+        baseline=baseline, candidate=candidate, tasks=[TASK], load_profile=dict(settings.OPTGATE_LOAD_PROFILE)
+    )
+    services.run_execute(run_id=cand_run.pk)
+    base_run.refresh_from_db()
+    assert base_run.status == RunStatus.SUCCEEDED, base_run.error
+    ticket = evaluating_ticket(erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=tasks(TASK))
+
+    outcome = evaluation.ticket_check(ticket_id=ticket.pk)
+    while outcome is None:
+        stage = EvaluationStage.objects.filter(ticket=ticket).order_by("-number").first()
+        assert stage is not None and not stage.candidate_run.is_finished
+        services.run_execute(run_id=stage.candidate_run_id)
+        stage.candidate_run.refresh_from_db()
+        assert stage.candidate_run.status == RunStatus.SUCCEEDED, stage.candidate_run.error
+        outcome = evaluation.ticket_check(ticket_id=ticket.pk)
+
+    stages = list(EvaluationStage.objects.filter(ticket=ticket).order_by("number"))
+    rates = []
+    for base, cand in [(base_run, cand_run)] + [(s.baseline_run, s.candidate_run) for s in stages]:
+        records = {side: SampleRecord.objects.filter(run=run, task=TASK) for side, run in (("b", base), ("c", cand))}
+        rates.append(tuple(records[side].filter(passed=True).count() / records[side].count() for side in "bc"))
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    guardrail = next(m for m in decision.verdicts[TASK]["metrics"] if m["metric"] == "pass_rate")
+    print(f"outcome {outcome}; stages {len(stages) + 1}; pass rates per stage (baseline, candidate) {rates}")
+    print(guardrail["reason"])
+    print("\n".join(decision.reasons))
+    # Quality settled: whatever the ticket still waits for is timing, never the pass rate.
+    assert outcome != "needs_evidence" or not any("pass rate" in reason for reason in decision.reasons)
+    assert [s.number for s in stages] == [2, 3]
+    assert guardrail["status"] == "pass" and guardrail["n"] == 300 and guardrail["details"]["look"] == 3
+    assert guardrail["details"]["losses"] == guardrail["details"]["gains"] == 0
+    pgids = {run.pk: run.attempts.get().engine_pgid for run in (base_run, cand_run)}
+    for stage in stages:
+        for first, run in ((base_run, stage.baseline_run), (cand_run, stage.candidate_run)):
+            attempt = run.attempts.get()
+            assert attempt.artifacts.get("warm_engine") is not None, (stage.number, attempt.artifacts)
+            assert attempt.engine_pgid == pgids[first.pk]  # the first pair's engine all along
