@@ -288,6 +288,18 @@ def test_the_rate_sets_how_many_requests_a_duration_sends(fleet: Callable[..., A
     assert elapsed >= 0.95  # paced, not sent at once
 
 
+@pytest.mark.django_db
+def test_a_stop_ends_the_run_early_and_says_so(fleet: Callable[..., Any]) -> None:
+    fleet()
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    with httpx.Client(timeout=10) as client:
+        driver = TrafficDriver(tasks=[TASK], tenants=[CANARY_TENANT], exporter=OutcomeExporter(), client=client)
+        result = driver.run(rate=10, duration_s=30, poisson=False, stop=stop)
+
+    assert result.interrupted and 1 <= result.sent < 20 and result.duration_s < 10
+
+
 def test_poisson_arrivals_keep_the_rate_and_match_the_load_generators() -> None:
     times = list(islice(arrivals(4.0, seed=7), 2000))
 
