@@ -225,6 +225,7 @@ _TICKET_ACTIONS = (
     "start_canary",
     "promote",
     "roll_back",
+    "resume_canary",
     "retire",
     "accept_evidence",
 )

@@ -302,3 +302,34 @@ def test_an_inconclusive_canary_pauses_for_people_past_the_policy_limit(
             "reason": second.reason,
         }
     )
+
+
+def test_a_resumed_canary_counts_its_inconclusive_rounds_afresh_and_pauses_again(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path, rita: Any
+) -> None:
+    ticket = in_canary
+    policy = canary_policy(tmp_path)  # 20 requests per slice and round; one inconclusive round allowed
+    prepare(exporter, ticket, prometheus)
+    for _ in range(2):
+        drive(exporter, ticket, requests=6)
+        prometheus.wait_for_scrapes(2)
+        paused = run_round(ticket, policy, prometheus)
+    assert paused.action == RoundAction.PAUSE
+
+    canary.canary_resume(ticket=ticket, actor=rita, reason="small slices; the evening peak is coming")
+    ticket.refresh_from_db()
+
+    drive(exporter, ticket, requests=6)
+    prometheus.wait_for_scrapes(2)
+    third = run_round(ticket, policy, prometheus)
+    assert (third.verdict, third.action) == ("inconclusive", RoundAction.CONTINUE)
+    assert "(1 in a row)" in third.reason
+    assert backend_verdict(backend_name=ticket.candidate.name).verdict == "canary_inconclusive"
+
+    drive(exporter, ticket, requests=6)
+    prometheus.wait_for_scrapes(2)
+    fourth = run_round(ticket, policy, prometheus)
+    assert fourth.action == RoundAction.PAUSE
+    # People hear of the new pause too: once per pause, not once per canary.
+    assert Notification.objects.filter(ticket=ticket, event="canary.paused").count() == 2
+    assert backend_verdict(backend_name=ticket.candidate.name).verdict == "canary_paused"

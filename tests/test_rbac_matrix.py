@@ -97,6 +97,8 @@ def row(name: str, method: str, state: str, cells: str, variant: str = "") -> Ro
 #   by OptGate, so a reviewer gets 409 (nothing to accept) where others are refused (403).
 # - start-canary / promote / roll-back (API and page): the routing services check the ticket's state
 #   before the actor, so on a ticket in the wrong state everyone gets 409; the rows use the right state.
+# - resume-canary (API and page): reviewers and admins, checked before the state; the "canary" ticket's
+#   rounds never paused it, so they get 409 (nothing to resume) where others are refused (403).
 # - policy-validate / policy-dry-run: read-only checks that store nothing: every signed-in user.
 # - run-evidence / run-close: import runs have no owner; engineers and admins attach evidence.
 # - review-complete: reviewers and admins; the ticket's owner (an engineer here) never reviews their own.
@@ -134,6 +136,7 @@ MATRIX: tuple[Row, ...] = (
     row("ticket-start-canary",          "POST",  "approved",  "401   403   403   200   200   200"),
     row("ticket-promote",               "POST",  "canary",    "401   403   403   403   200   200"),
     row("ticket-roll-back",             "POST",  "canary",    "401   403   403   200   200   200"),
+    row("ticket-resume-canary",         "POST",  "canary",    "401   403   403   403   409   409"),
     row("ticket-canary-rounds",         "GET",   "canary",    "401   200   200   200   200   200"),
     row("canary-outcomes",              "GET",   "-",         "401   200   200   200   200   200"),
     row("canary-outcomes",              "POST",  "-",         "401   403   201   201   403   201"),
@@ -213,6 +216,7 @@ MATRIX: tuple[Row, ...] = (
     row("ui:ticket-action",             "POST",  "approved",  "login 403   403   302   302   302", "start_canary"),
     row("ui:ticket-action",             "POST",  "canary",    "login 403   403   403   302   302", "promote"),
     row("ui:ticket-action",             "POST",  "canary",    "login 403   403   302   302   302", "roll_back"),
+    row("ui:ticket-action",             "POST",  "canary",    "login 403   403   403   409   409", "resume_canary"),
     row("ui:ticket-action",             "POST",  "default",   "login 403   403   403   302   302", "retire"),
     row("ui:ticket-signoff",            "POST",  "evaluated", "login 403   403   403   302   403"),
     row("ui:ticket-accept-evidence",    "POST",  "evaluated", "login 403   403   403   409   403"),
@@ -482,6 +486,7 @@ BODIES: dict[str, Body] = {
     "ticket-detail PATCH": lambda w, _: {"title": "Renamed"},
     "ticket-request-evidence POST": lambda w, _: {"reason": "run 200 more samples"},
     "ticket-roll-back POST": lambda w, _: {"reason": "p95 regressed on tenant-a"},
+    "ticket-resume-canary POST": lambda w, _: {"reason": "traffic doubles tonight"},
     "ticket-accept-evidence POST": lambda w, ticket: {"run": ticket.candidate_run_id, "reason": "spot-checked"},
     "ticket-sign-off POST": lambda w, _: {"decision": "approve", "reason_code": "evidence_sufficient"},
     "policy-validate POST": lambda w, _: {"text": (Path(gates.__file__).parent / "policies/default.yaml").read_text()},
@@ -507,6 +512,7 @@ BODIES: dict[str, Body] = {
     "ui:ticket-action POST start_canary": lambda w, _: {"action": "start_canary"},
     "ui:ticket-action POST promote": lambda w, _: {"action": "promote"},
     "ui:ticket-action POST roll_back": lambda w, _: {"action": "roll_back", "comment": "p95 regressed"},
+    "ui:ticket-action POST resume_canary": lambda w, _: {"action": "resume_canary", "comment": "traffic doubles"},
     "ui:ticket-action POST retire": lambda w, _: {"action": "retire"},
     "ui:ticket-accept-evidence POST": lambda w, ticket: {"run": ticket.candidate_run_id, "reason": "spot-checked"},
     "ui:ticket-signoff POST": lambda w, _: {"verdict": "approve", "reason_code": "evidence_sufficient"},

@@ -20,6 +20,7 @@ from gates.selectors.routes import (
     route_history,
     route_json,
     route_name,
+    route_resolve,
     route_table,
     route_version_current,
     routes_export_json,
@@ -114,8 +115,7 @@ class RouteViewSet(viewsets.ViewSet):
         query = CacheSaltQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         task, tenant = query.validated_data["task"], query.validated_data["tenant"]
-        routes = {r.tenant: r for r in route_table().filter(task__slug=task)}
-        route = routes.get(tenant) or routes.get("")
+        route = route_resolve(task=task, tenant=tenant)
         if route is None:
             raise InvalidInput({"task": f"no route for {task!r}"})
         return Response(

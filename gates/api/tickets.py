@@ -193,6 +193,10 @@ class TransitionSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
 
 
+class TicketResumeSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=4000, help_text="why the canary may go on")
+
+
 class TicketRollbackSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=4000)
     task = serializers.SlugField(
@@ -355,6 +359,17 @@ class TicketViewSet(
             actor=request.user,
             reason=body.validated_data["reason"],
             task=body.validated_data.get("task") or None,
+        )
+        return Response(ticket_shown(ticket))
+
+    @extend_schema(request=TicketResumeSerializer, responses={200: TicketSerializer})
+    @action(detail=True, methods=["post"], url_path="resume-canary", permission_classes=[permissions.IsAuthenticated])
+    def resume_canary(self, request: Request, pk: str | None = None) -> Response:
+        """Resume a canary its analysis rounds paused (reviewers, admins); 409 when it is not paused."""
+        body = TicketResumeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ticket = ticket_action_take(
+            ticket=self.get_object(), action="resume_canary", actor=request.user, reason=body.validated_data["reason"]
         )
         return Response(ticket_shown(ticket))
 

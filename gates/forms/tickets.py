@@ -164,7 +164,9 @@ REASON_CODES: dict[str, list[tuple[str, str]]] = {
 class TransitionForm(forms.Form):
     """One ticket action: its reason code (where the action has codes) and a free-text comment."""
 
-    action = forms.ChoiceField(choices=[(a, a) for a in (*TRANSITIONS, "evaluate")], widget=forms.HiddenInput)
+    action = forms.ChoiceField(
+        choices=[(a, a) for a in (*TRANSITIONS, "evaluate", "resume_canary")], widget=forms.HiddenInput
+    )
     reason_code = forms.CharField(required=False)
     comment = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=4000)
 

@@ -128,6 +128,8 @@ class ReleaseTicket(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     # When the current canary started: the observation window and the first quarterly review count from it.
     canary_started_at = models.DateTimeField(null=True, blank=True)
+    # When a reviewer last resumed the canary after rounds paused it: pauses and failures before it are settled.
+    canary_resumed_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

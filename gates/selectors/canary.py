@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils.safestring import SafeString
 
 from evaluators.charts import rounds_svg
-from gates.models import CanaryRound, ReleaseTicket
+from gates.models import CanaryRound, ReleaseTicket, RoundAction
 
 GOOD_OUTCOME = "ok"
 
@@ -47,6 +48,26 @@ class CanaryTimeline:
     charts: list[TaskCharts] = field(default_factory=list)
     # Candidate requests per task since the canary started, as the latest round counted them.
     traffic: dict[str, int] = field(default_factory=dict)
+    # The round that paused the canary for people (None when it runs on), and the last resume.
+    paused: RoundRow | None = None
+    resumed_at: datetime | None = None
+
+
+def canary_rounds_since_resume(ticket: ReleaseTicket) -> QuerySet[CanaryRound]:
+    """The rounds of the ticket's current canary period since a reviewer last resumed it, oldest first.
+
+    A resume settles what came before it: the rounds' pauses, failures and inconclusive streaks.
+    """
+    rounds = CanaryRound.objects.filter(ticket=ticket)
+    since = [at for at in (ticket.canary_started_at, ticket.canary_resumed_at) if at is not None]
+    if since:
+        rounds = rounds.filter(started_at__gte=max(since))
+    return rounds.order_by("number")
+
+
+def canary_pause(ticket: ReleaseTicket) -> CanaryRound | None:
+    """The round that paused the ticket's canary for people, unless a reviewer has resumed it since."""
+    return canary_rounds_since_resume(ticket).filter(action=RoundAction.PAUSE).first()
 
 
 def _bad_share(numbers: dict[str, Any] | None) -> float | None:
@@ -127,4 +148,13 @@ def canary_timeline(ticket: ReleaseTicket) -> CanaryTimeline | None:
             )
         )
     traffic = dict(rounds[-1].traffic) if rounds else {}
-    return CanaryTimeline(rounds=rows, charts=charts, traffic=traffic)
+    # The pause from the rounds already read (the same rule as ``canary_pause``, without a query).
+    since = max(at for at in (ticket.canary_started_at, ticket.canary_resumed_at) if at is not None)
+    pause = next((n for n, r in enumerate(rounds) if r.action == RoundAction.PAUSE and r.started_at >= since), None)
+    return CanaryTimeline(
+        rounds=rows,
+        charts=charts,
+        traffic=traffic,
+        paused=rows[pause] if pause is not None else None,
+        resumed_at=ticket.canary_resumed_at,
+    )

@@ -30,6 +30,13 @@ def route_history() -> QuerySet[RouteTableVersion]:
     return RouteTableVersion.objects.select_related("actor", "ticket").order_by("-number")
 
 
+def route_resolve(*, task: str, tenant: str = "") -> Route | None:
+    """The current route a tenant's request for ``task`` takes: the tenant's own route, else the
+    task's default (what the gateway does with ``<task>@<tenant>`` and ``<task>``)."""
+    routes = {route.tenant: route for route in route_table().filter(task__slug=task)}
+    return routes.get(tenant) or routes.get("")
+
+
 def route_name(task: str, tenant: str = "") -> str:
     """The name a client asks the gateway for: the task slug, ``<task>@<tenant>`` for a tenant route."""
     return f"{task}@{tenant}" if tenant else task

@@ -11,10 +11,10 @@ from gates.models import (
     DecisionOutcome,
     GateDecision,
     ReleaseTicket,
-    RoundAction,
     RoundVerdict,
     TicketStatus,
 )
+from gates.selectors.canary import canary_pause
 from gates.selectors.decisions import decision_current
 
 # Verdicts beyond the decision outcomes, for states where nothing binding exists yet.
@@ -129,7 +129,7 @@ def _follow_canary(verdict: BackendVerdict, ticket: ReleaseTicket, task: str | N
     }
     if not verdict.allowed:
         return
-    paused = rounds.filter(action=RoundAction.PAUSE).order_by("number").first()
+    paused = canary_pause(ticket)  # none once a reviewer resumed the canary
     if latest.verdict == RoundVerdict.ERROR:
         blocked, why = "canary_error", f"canary round {latest.number} could not measure: {latest.error}"
     elif paused is not None:

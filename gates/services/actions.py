@@ -14,6 +14,7 @@ from typing import Any
 from core.errors import InvalidInput, NotAllowed
 from core.roles import ADMIN, Actor, has_role, person
 from gates.models import TRANSITIONS, ReleaseTicket
+from gates.services.canary import canary_resume
 from gates.services.evaluation import EVALUABLE, evaluation_cancel, evaluation_request
 from gates.services.routing import routes_promote, routes_rollback, routes_start_canary
 from gates.services.tickets import ACTION_ROLES, REASON_REQUIRED, SIGN_OFF_ACTIONS, ticket_transition
@@ -56,6 +57,12 @@ TICKET_ACTIONS: dict[str, TicketAction] = {
     "roll_back": TicketAction(
         "roll_back",
         lambda r: routes_rollback(ticket=r.ticket, actor=r.actor, reason=r.reason, task=r.task),
+        reason_required=True,
+    ),
+    # Not a status transition: the ticket stays in canary, its analysis rounds' pause is lifted.
+    "resume_canary": TicketAction(
+        "resume_canary",
+        lambda r: canary_resume(ticket=r.ticket, actor=r.actor, reason=r.reason),
         reason_required=True,
     ),
 }

@@ -14,6 +14,9 @@ judges them with the gate's judge (``gates.canary.judge``) and decides:
   ``OPTGATE_AUTO_PROMOTE_RISK_TIERS``, else proposed to people); time alone never promotes;
 * otherwise continue.
 
+A reviewer or admin resumes a paused canary (``canary_resume``): the rounds before the resume no
+longer pause it or hold promotion back.
+
 Each round — its queries, numbers, verdicts and action — is a ``CanaryRound`` row and a ledger
 entry, written in one transaction with the route change or review it causes. Prometheus
 unreachable makes an error round (recorded, then ``CanaryRoundError`` so the task retries), never
@@ -33,11 +36,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from core.errors import DomainError
+from core.errors import DomainError, InvalidInput, NotAllowed
+from core.roles import ADMIN, REVIEWER, Actor, has_role, person
 from gates.canary.judge import SEVERITY, TaskRound, judge_task_round, latency_quantiles
 from gates.canary.queries import Prometheus, PrometheusError, Slice, peak_reading, requests_since, slice_numbers
 from gates.models import CanaryRound, ReleaseTicket, ReviewReason, RoundAction, RoundVerdict, TicketStatus
 from gates.policy.rules import CanaryRule, Policy
+from gates.selectors.canary import canary_pause, canary_rounds_since_resume
 from gates.selectors.routes import route_table
 from gates.services import routing
 from gates.services.notifications import notify
@@ -64,6 +69,41 @@ class Plan:
 
 def _reviewers() -> list[User]:
     return list(User.objects.filter(groups__name="reviewer", is_active=True).distinct())
+
+
+def canary_resume(*, ticket: ReleaseTicket, actor: Actor, reason: str) -> ReleaseTicket:
+    """A reviewer or admin lets a canary that analysis rounds paused go on.
+
+    What the rounds found before the resume is settled: the pause, failing and inconclusive rounds
+    no longer stop automatic promotion, and the inconclusive streak starts again. The rounds go on
+    measuring; a later failure pauses (and notifies) again. The observation window, the traffic
+    minimum and the passing round at a peak still count from the canary's start.
+    """
+    user = person(actor)
+    if user is None or not has_role(user, REVIEWER, ADMIN):
+        raise NotAllowed("resuming a paused canary is for: admin or reviewer")
+    if not reason.strip():
+        raise InvalidInput({"reason": "say why the canary may go on"})
+    with transaction.atomic(durable=True):
+        locked = ReleaseTicket.objects.select_for_update().get(pk=ticket.pk)
+        if locked.status != TicketStatus.CANARY:
+            raise DomainError(f"ticket #{locked.pk} is {locked.status}; only a canary in progress is resumed")
+        paused = canary_pause(locked)
+        if paused is None:
+            since = "its last resume" if locked.canary_resumed_at else "it started"
+            raise DomainError(f"the canary of ticket #{locked.pk} is not paused: no round has paused it since {since}")
+        now = timezone.now()
+        ReleaseTicket.objects.filter(pk=locked.pk).update(canary_resumed_at=now, updated_at=now)
+        ledger_append(
+            kind="canary.resumed",
+            subject_type="ticket",
+            subject_id=locked.pk,
+            subject_name=locked.title,
+            actor=user,
+            payload={"paused_round": paused.number, "paused_reason": paused.reason, "reason": reason},
+        )
+    ticket.canary_resumed_at, ticket.updated_at = now, now
+    return ticket
 
 
 def canary_tenants(ticket: ReleaseTicket) -> tuple[str, ...]:
@@ -240,7 +280,7 @@ def _decide(
 
 def _inconclusive(ticket: ReleaseTicket, rule: CanaryRule, reason: str) -> Plan:
     streak = 1
-    for earlier in rounds_of_canary(ticket).exclude(verdict=RoundVerdict.ERROR).order_by("-number"):
+    for earlier in canary_rounds_since_resume(ticket).exclude(verdict=RoundVerdict.ERROR).order_by("-number"):
         if earlier.verdict != RoundVerdict.INCONCLUSIVE:
             break
         streak += 1
@@ -267,7 +307,7 @@ def _on_pass(
 ) -> Plan:
     assert ticket.canary_started_at is not None
     ends = ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours)
-    paused = rounds_of_canary(ticket).filter(action=RoundAction.PAUSE).first()
+    paused = canary_pause(ticket)
     if paused is not None:
         return Plan(
             RoundVerdict.PASS, RoundAction.CONTINUE, f"Passed; paused since round {paused.number}: people decide."
@@ -278,7 +318,7 @@ def _on_pass(
             RoundAction.CONTINUE,
             f"Passed; the observation window runs until {ends:%Y-%m-%d %H:%M} UTC.",
         )
-    earlier = rounds_of_canary(ticket).exclude(verdict__in=(RoundVerdict.PASS, RoundVerdict.ERROR))
+    earlier = canary_rounds_since_resume(ticket).exclude(verdict__in=(RoundVerdict.PASS, RoundVerdict.ERROR))
     if earlier.exists():
         numbers = ", ".join(str(n) for n in earlier.values_list("number", flat=True))
         return Plan(
@@ -403,7 +443,8 @@ def _act(ticket: ReleaseTicket, round_: CanaryRound, plan: Plan) -> dict[str, An
         )
         return {"proposed_rollback": plan.rollback_tasks, "review": review.pk if review else None}
     if plan.action == RoundAction.PAUSE:
-        first = not rounds_of_canary(ticket).filter(action=RoundAction.PAUSE).exclude(pk=round_.pk).exists()
+        # Once per pause: again only after a reviewer resumed the canary.
+        first = not canary_rounds_since_resume(ticket).filter(action=RoundAction.PAUSE).exclude(pk=round_.pk).exists()
         if first:
             notify(
                 event="canary.paused",

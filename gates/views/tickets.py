@@ -203,6 +203,9 @@ def _ticket_page(
         ),
         "route_changes": proposed_route_changes(ticket, decision),
         "canary": canary_timeline(ticket),
+        # Reviewers and admins resume a canary its rounds paused (the form sits in the canary section).
+        "can_resume_canary": ticket.status == TicketStatus.CANARY and bool(roles & {REVIEWER, ADMIN}),
+        "resume_form": bound if bound is not None and bound.data.get("action") == "resume_canary" else None,
         "actions": _action_forms(ticket, user, bound),
         "can_edit": ticket.status == TicketStatus.DRAFT and (ticket.owner_id == user.pk or ADMIN in roles),
         "provenance": provenance,
