@@ -226,6 +226,31 @@ def test_a_harmful_change_is_rejected_at_the_first_look_without_another_stage(
     assert decision.stages["count"] == 1
 
 
+def test_a_ticket_rejected_on_evidence_no_stage_measures_again_is_judged_without_another_stage(
+    erin: User, baseline: Backend, candidate: Backend, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # Both pass-rate looks continue (no discordant pair in 100), but the beneficiary's candidate is
+    # 60 % slower: its promised speed-up confidently failed, and held-out answers cannot change that.
+    base = {SUMMARY: task_spec(GOOD, seed=1), SQL: task_spec(GOOD, seed=2)}
+    cand = {SUMMARY: task_spec(GOOD, speed=1.6, seed=1), SQL: task_spec(GOOD, speed=1.6, seed=2)}
+    ticket = evaluating_ticket(
+        erin,
+        baseline,
+        candidate,
+        store_run(baseline, base),
+        store_run(candidate, cand),
+        beneficiary_tasks=tasks(SUMMARY),
+        risk_tasks=tasks(SQL),
+    )
+    assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    assert any(reason.startswith(f"Beneficiary task {SUMMARY}") for reason in decision.reasons), decision.reasons
+    [look] = decision.stages["tasks"][SQL]["guardrails"]["pass_rate"]["looks"]
+    assert look["outcome"] == "continue" and decision.stages["count"] == 1
+
+
 def test_evaluate_again_on_a_needs_evidence_ticket_adds_a_stage_and_the_next_decision_pools_both(
     erin: User,
     baseline: Backend,

@@ -19,8 +19,8 @@ A real failure outranks missing evidence because no further sample can undo it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from gates.judge.noise import NoiseFloor
@@ -92,6 +92,18 @@ def _reject_reasons(verdict: TaskVerdict, beneficiary: bool) -> list[str]:
                 reasons.append(f"Beneficiary task {verdict.task} breaks a guardrail: {metric.reason}")
             elif metric.kind in ("objective", "mechanism"):
                 reasons.append(f"Beneficiary task {verdict.task} does not show the promised benefit: {metric.reason}")
+    return reasons
+
+
+def settled_rejection(decision: Decision, still_open: Mapping[str, Collection[str]]) -> list[str]:
+    """The reasons ``decision`` rejects the candidate that rest on none of the metrics in
+    ``still_open`` (per task, the staged guardrails whose look asks for another stage): a rejection
+    no further stage could undo. Empty when the rejection, if any, waits on those looks."""
+    reasons: list[str] = []
+    for task, verdict in decision.verdicts.items():
+        open_metrics = set(still_open.get(task, ()))
+        settled = replace(verdict, metrics=tuple(m for m in verdict.metrics if m.metric not in open_metrics))
+        reasons += _reject_reasons(settled, beneficiary=task in decision.beneficiary_tasks)
     return reasons
 
 

@@ -16,11 +16,12 @@ from core.errors import DomainError, NotAllowed
 from core.roles import ADMIN, Actor, has_role, person
 from evaluators import services as run_services
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
+from gates.judge.decision import settled_rejection
 from gates.judge.staged import StagedTask, staged_guardrails
 from gates.models import DecisionOutcome, EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
 from gates.policy.rules import Policy
 from gates.selectors.stages import looks_judged, series_stages, stage_runs, ticket_staged
-from gates.services.decisions import decision_make
+from gates.services.decisions import decision_judge, decision_make
 from gates.services.dispatch import enqueue_runs, enqueue_ticket_check, run_task_id
 from gates.services.dispatch import run_enqueue as run_enqueue  # re-exported: callers send a run from here
 from gates.services.notifications import notify
@@ -228,9 +229,11 @@ def _only_staged_questions_open(ticket: ReleaseTicket, staged: dict[str, StagedT
 def _next_stage_tasks(ticket: ReleaseTicket, policy: Policy) -> tuple[list[str], dict[str, StagedTask]]:
     """The tasks whose last look asks for another stage, when this evaluation may take one.
 
-    None when the design's looks or this evaluation's stage budget are spent, or a look already
+    None when the design's looks or this evaluation's stage budget are spent, a look already
     rejects a guardrail that decides the outcome on its own (a beneficiary task's, or a critical
-    one's): the ticket is judged then, and the tasks still open end inconclusive with their estimate.
+    one's), or the evidence already rejects the candidate on something no stage measures again (a
+    beneficiary's promised speed-up that confidently failed, a critical latency veto): the ticket
+    is judged then, and the tasks still open end inconclusive with their estimate.
     """
     rule = policy.sequential
     if not rule.enabled:
@@ -248,7 +251,15 @@ def _next_stage_tasks(ticket: ReleaseTicket, policy: Policy) -> tuple[list[str],
             deciding = task in beneficiary or task in critical or rules[metric].critical
             if looks.last.outcome == "reject" and deciding:
                 return [], staged
-    return [task for task, item in staged.items() if item.continuing], staged
+    more = [task for task, item in staged.items() if item.continuing]
+    if more:
+        still_open = {
+            task: [metric for metric, looks in item.guardrails.items() if looks.last.outcome == "continue"]
+            for task, item in staged.items()
+        }
+        if settled_rejection(decision_judge(ticket=ticket, policy=policy).decision, still_open):
+            return [], staged
+    return more, staged
 
 
 def _enqueue_check_now(ticket_id: int) -> None:
