@@ -50,9 +50,11 @@ from gates.judge.power import (
     simulate_information,
     simulate_sequential,
 )
-from gates.judge.sequential import GroupSequentialDesign, group_sequential_design
+from gates.judge.sequential import OBRIEN_FLEMING, POCOCK, GroupSequentialDesign, group_sequential_design
 from gates.policy.parse import load_policy
 from tools.kit.manifest import SHIPPED_DIR, read_manifest
+
+SPENDING = {"obrien_fleming": OBRIEN_FLEMING, "pocock": POCOCK}
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,8 @@ class Command(BaseCommand):
         parser.add_argument("--power", type=float, default=DEFAULT_POWER)
         parser.add_argument("--looks", type=int, default=DEFAULT_LOOKS)
         parser.add_argument("--suite-size", type=int, default=1100, help="shipped plus held-out pool")
-        parser.add_argument(
-            "--stage-size", type=int, default=100, help="pairs per stage of the information-based design"
-        )
+        parser.add_argument("--stage-size", type=int, default=100, help="pairs per stage of the staged designs")
+        parser.add_argument("--alpha-spending", choices=sorted(SPENDING), default="obrien_fleming")
         parser.add_argument("--seed", type=int, default=18)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -138,6 +139,7 @@ class Command(BaseCommand):
                 discordance=options["discordance"],
                 looks=options["looks"],
                 suite_size=options["suite_size"],
+                alpha_spending=SPENDING[options["alpha_spending"]],
             )
         design = plans[min(plans)].design
         beta_spending = design.beta_spending.label if design.beta_spending else "no"
