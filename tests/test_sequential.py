@@ -12,6 +12,7 @@ from scipy import stats as sps
 
 from gates.judge.power import simulate_sequential
 from gates.judge.sequential import (
+    INFORMATION_LEVELS,
     OBRIEN_FLEMING,
     POCOCK,
     Spending,
@@ -19,7 +20,10 @@ from gates.judge.sequential import (
     efficacy_boundaries,
     equally_spaced,
     group_sequential_design,
+    information_design,
+    information_levels,
     noninferiority_score,
+    null_information,
 )
 from gates.judge.stats import _tango_score, mcnemar_noninferiority
 
@@ -176,3 +180,54 @@ def test_simulated_error_rates_at_the_margin_stay_within_alpha(p_loss: float, p_
     )  # fmt: skip
     assert result.approve <= 0.025 + tolerance
     assert result.reject <= 0.025 + tolerance
+
+
+# --- information-based looks ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("margin", [0.02, 0.05])
+def test_the_score_is_the_estimate_over_its_null_standard_error_of_the_observed_information(margin: float) -> None:
+    """Z = (Δ̂ + margin)·√I; with no discordant pair I = n / (margin·(1 − margin))."""
+    assert float(null_information(0, 0, 300, margin)) == pytest.approx(300 / (margin * (1 - margin)))
+    for losses, gains, n in ((3, 1, 100), (10, 12, 400), (0, 5, 250)):
+        information = float(null_information(losses, gains, n, margin))
+        score = float(noninferiority_score(losses, gains, n, margin))
+        assert score == pytest.approx(((gains - losses) / n + margin) * math.sqrt(information), rel=1e-12)
+    # More discordance, less information per pair.
+    assert null_information(5, 5, 100, margin) < null_information(0, 0, 100, margin)
+
+
+def test_information_levels_floor_to_the_grid_always_advance_and_stop_at_the_maximum() -> None:
+    maximum = 1000.0
+    # 0.26 → 5; 0.27 would be 5 again, so it counts one more; 0.61 → 12; 1.3 → the last level.
+    assert information_levels([260, 270, 610, 1300, 1500], maximum) == (5, 6, 12, INFORMATION_LEVELS)
+    assert information_levels([10], maximum) == (1,)  # a first look always counts one level
+    with pytest.raises(ValueError, match="maximum information"):
+        information_levels([1.0], 0.0)
+
+
+def test_the_information_grid_keeps_the_planned_spending_and_a_truncated_grid_spends_all_alpha() -> None:
+    planned = group_sequential_design(equally_spaced(5))
+    grid = information_design(planned)
+    assert grid.looks == INFORMATION_LEVELS and grid.drift == planned.drift
+    # At the planned looks' fractions the grid has spent what the planned design spent by then.
+    for k, t in enumerate(planned.info[:-1]):
+        assert grid.alpha_spent[round(t * INFORMATION_LEVELS) - 1] == pytest.approx(planned.alpha_spent[k])
+    truncated = information_design(planned, 7)
+    assert truncated.info[-1] == pytest.approx(0.35) and truncated.alpha_spent[-1] == 0.025
+    assert truncated.efficacy[:6] == pytest.approx(grid.efficacy[:6])
+    assert truncated.efficacy[6] < grid.efficacy[6]  # the final look spends what is left
+
+
+def test_looks_at_some_grid_levels_only_stay_within_alpha() -> None:
+    """Skipping levels can only lower the chance of crossing: Brownian paths under H0, looks at
+    every other level from the fourth on, with the grid's boundaries."""
+    grid = information_design(group_sequential_design(equally_spaced(5)))
+    rng = np.random.default_rng(3)
+    steps = rng.normal(0.0, math.sqrt(1 / INFORMATION_LEVELS), size=(200_000, INFORMATION_LEVELS))
+    z = steps.cumsum(axis=1) / np.sqrt(np.arange(1, INFORMATION_LEVELS + 1) / INFORMATION_LEVELS)
+    every = (z >= np.asarray(grid.efficacy)).any(axis=1).mean()
+    chosen = [3, 5, 7, 9, 11, 13, 15, 17, 19]
+    some = (z[:, chosen] >= np.asarray(grid.efficacy)[chosen]).any(axis=1).mean()
+    assert every == pytest.approx(0.025, abs=0.002)
+    assert some <= every

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from gates.judge.power import exact_power, plan_task, simulate_sequential
+from gates.judge.power import (
+    exact_power,
+    null_variance,
+    plan_task,
+    planned_information,
+    simulate_information,
+    simulate_sequential,
+)
+from gates.judge.sequential import INFORMATION_LEVELS, decide_look, information_design, null_information
 
 
 @pytest.mark.parametrize(
@@ -65,3 +75,45 @@ def test_an_assumed_difference_beyond_the_margin_cannot_be_planned() -> None:
         plan_task(margin=0.02, difference=-0.02)
     with pytest.raises(ValueError):
         plan_task(margin=0.02, discordance=0.01, difference=0.05)
+
+
+def test_the_planned_information_is_the_observed_information_at_the_expected_counts() -> None:
+    plan = plan_task(margin=0.02, discordance=0.05)
+    maximum = planned_information(plan.max_n, margin=0.02, discordance=0.05)
+    assert maximum == pytest.approx(plan.max_n / null_variance(0.025, 0.025, 0.02))
+    # A run that sees exactly the planned discordance reaches that information.
+    assert float(null_information(0.025 * plan.max_n, 0.025 * plan.max_n, plan.max_n, 0.02)) == pytest.approx(maximum)
+
+
+def test_a_seed_only_change_stops_at_the_stage_the_information_grid_allows() -> None:
+    """No discordance: every run is the same; walk the stages by hand and compare."""
+    plan = plan_task(margin=0.02, discordance=0.05)
+    maximum = planned_information(plan.max_n, margin=0.02, discordance=0.05)
+    stages = math.ceil(plan.max_n / 100)
+    grid = information_design(plan.design)
+    expected = None
+    for stage in range(1, stages + 1):
+        n = 100 * stage
+        level = min(INFORMATION_LEVELS, math.floor(n / (0.02 * 0.98) / maximum * INFORMATION_LEVELS))
+        if decide_look(grid, level, losses=0, gains=0, n=n, margin=0.02).outcome == "approve":
+            expected = n
+            break
+    result = simulate_information(
+        plan.design, stage_size=100, stages=stages, max_information=maximum, margin=0.02, p_loss=0.0,
+        p_gain=0.0, runs=50, rng=np.random.default_rng(1),
+    )  # fmt: skip
+    assert expected == 400  # √(400·0.02/0.98) = 2.86 at level 16 (0.82 of the maximum)
+    assert result.approve == 1.0 and result.mean_samples == expected
+    assert expected < plan.fixed_n / 2
+
+
+@pytest.mark.parametrize(("p_loss", "p_gain"), [(0.045, 0.025), (0.02, 0.0)], ids=["margin", "losses-only"])
+def test_the_information_based_design_keeps_false_approvals_within_alpha(p_loss: float, p_gain: float) -> None:
+    plan = plan_task(margin=0.02, discordance=0.05)
+    result = simulate_information(
+        plan.design, stage_size=100, stages=math.ceil(plan.max_n / 100),
+        max_information=planned_information(plan.max_n, margin=0.02, discordance=0.05), margin=0.02,
+        p_loss=p_loss, p_gain=p_gain, runs=4000, rng=np.random.default_rng(11),
+    )  # fmt: skip
+    assert result.approve <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / 4000)
+    assert result.reject <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / 4000)

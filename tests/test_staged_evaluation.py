@@ -7,6 +7,7 @@ quality-only pair — a result and per-sample records per task on both runs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from evaluators import pipeline
 from evaluators import services as run_services
 from evaluators.interleave import BASELINE, CANDIDATE
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
-from gates.judge.staged import staged_guardrails, task_looks
+from gates.judge.staged import may_continue, staged_guardrails, task_looks
 from gates.models import EvaluationStage, GateDecision, ReleaseTicket, TicketStatus
 from gates.policy.parse import load_policy, validate_policy_text
 from gates.policy.rules import POLICY_DIR, PolicyError
@@ -416,6 +417,41 @@ def test_looks_pool_stages_by_sample_id_and_replan_a_short_stage_on_its_observed
         task_looks(policy.sequential, guardrail, [same[0], ({"a": True}, {"b": True})], 100)
 
 
+def test_observed_information_settles_a_seed_only_change_no_later_than_counting_pairs() -> None:
+    """No discordant pair: the score's information grows 2–3 times as fast per pair as at the
+    planned 5 % discordance, so the looks come further along and their boundaries are lower: a
+    5-point margin settles a stage earlier, the 2- and 3-point ones at the same stage."""
+    policy = load_policy("default")
+    observed = replace(policy.sequential, information="observed")
+    same = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": True for i in range(100)}) for k in range(5)]
+    for task, pairs_stage, observed_stage in (("cs_summary", 3, 2), ("tool_calling", 3, 3), (SQL, 4, 4)):
+        guardrail = staged_guardrails(policy.tasks[task])[0]
+        by_pairs = [task_looks(policy.sequential, guardrail, same[:k], 100).last.outcome for k in range(1, 6)]
+        by_information = [task_looks(observed, guardrail, same[:k], 100).last for k in range(1, observed_stage + 1)]
+        assert by_pairs.index("approve") + 1 == pairs_stage, task
+        assert [look.outcome for look in by_information] == ["continue"] * (observed_stage - 1) + ["approve"], task
+    # cs_summary's second stage: 200 pairs carry 200 / (0.05 · 0.95) of information, past the plan's
+    # maximum (283 pairs at 5 % discordance): the last look, at the last grid level.
+    summary = task_looks(observed, staged_guardrails(policy.tasks["cs_summary"])[0], same[:2], 100)
+    assert summary.last.information == 1.0 and summary.last.looks == 2 and not may_continue(summary)
+    assert summary.last.alpha_spent == pytest.approx(0.025)
+
+
+def test_with_observed_information_a_change_losing_many_answers_is_rejected_a_stage_later() -> None:
+    """The price: 30 lost of 100 is discordance, which carries little information at −margin, so
+    stage one sits at the first grid level (boundary −9.96) where counting pairs puts it at 0.2
+    (−4.88): the score −5.24 rejects there, but only at stage two (−7.41 ≤ −6.99) here."""
+    policy = load_policy("default")
+    guardrail = staged_guardrails(policy.tasks[SQL])[0]
+    losing = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": i >= 30 for i in range(100)}) for k in range(2)]
+    assert task_looks(policy.sequential, guardrail, losing[:1], 100).last.outcome == "reject"
+    observed = replace(policy.sequential, information="observed")
+    first, second = (task_looks(observed, guardrail, losing[:k], 100).last for k in (1, 2))
+    assert (first.outcome, first.information) == ("continue", 0.05)
+    assert first.harm_bound == pytest.approx(-9.96, abs=0.01) and first.statistic == pytest.approx(-5.24, abs=0.01)
+    assert second.outcome == "reject" and second.statistic <= second.harm_bound
+
+
 @pytest.mark.parametrize(
     ("section", "path"),
     [
@@ -424,6 +460,7 @@ def test_looks_pool_stages_by_sample_id_and_replan_a_short_stage_on_its_observed
         ("alpha_spending: haybittle", "sequential.alpha_spending"),
         ("futility: sometimes", "sequential.futility"),
         ("power: 1.5", "sequential.power"),
+        ("information: estimated", "sequential.information"),
         ("stages: 3", "sequential.stages"),
     ],
 )

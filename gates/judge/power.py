@@ -36,6 +36,7 @@ from scipy import stats as sps
 
 from gates.judge import stats
 from gates.judge.sequential import (
+    INFORMATION_LEVELS,
     OBRIEN_FLEMING,
     POCOCK,
     GroupSequentialDesign,
@@ -43,7 +44,10 @@ from gates.judge.sequential import (
     equally_spaced,
     fixed_status,
     group_sequential_design,
+    information_design,
+    information_levels,
     noninferiority_score,
+    null_information,
 )
 
 # Assumed share of discordant pairs when a task has neither A/A calibration nor history: a few
@@ -273,6 +277,60 @@ def simulate_sequential(
         futile=float(ended["futile"].mean()),
         inconclusive=float((~(ended["approve"] | ended["reject"] | ended["futile"])).mean()),
         mean_samples=float(np.asarray(sizes)[first].mean()),
+    )
+
+
+def planned_information(max_n: int, *, margin: float, discordance: float, difference: float = 0.0) -> float:
+    """The maximum information of a design planned for ``max_n`` pairs at this discordance.
+
+    What ``null_information`` of ``max_n`` pairs comes to at the expected counts: at the planned
+    discordance an information-based design takes its looks where the pair-counting one would.
+    """
+    return max_n / null_variance(*_cells(discordance, difference), margin)
+
+
+def simulate_information(
+    planned: GroupSequentialDesign,
+    *,
+    stage_size: int,
+    stages: int,
+    max_information: float,
+    margin: float,
+    p_loss: float,
+    p_gain: float,
+    runs: int,
+    rng: np.random.Generator,
+) -> OperatingCharacteristics:
+    """Run the information-based design ``runs`` times: a look after every stage of ``stage_size``
+    pairs at the grid level its observed information reached (``sequential.information_levels``),
+    with the boundaries of ``sequential.information_design`` — what ``gates.judge.staged`` decides
+    at each stage boundary. The last look comes at the last level or after ``stages`` stages.
+    """
+    sizes = np.asarray([stage_size * (k + 1) for k in range(stages)])
+    losses, gains = _counts(rng, sizes.tolist(), runs, p_loss, p_gain)
+    n = np.broadcast_to(sizes, losses.shape)
+    information = null_information(losses, gains, n, margin)
+    score = noninferiority_score(losses, gains, n, margin)
+    grid = information_design(planned)
+    ended = np.full(runs, "inconclusive", dtype=object)
+    used = np.zeros(runs)
+    for run in range(runs):
+        levels = information_levels(information[run].tolist(), max_information)
+        for k, level in enumerate(levels):
+            final = k == len(levels) - 1 and (level == INFORMATION_LEVELS or k == stages - 1)
+            design = information_design(planned, level) if final else grid
+            z, bound = score[run, k], design.efficacy[level - 1]
+            outcome = "approve" if z >= bound else "reject" if z <= -bound else "inconclusive" if final else "futile"
+            if final or outcome != "futile" or abs(z) <= design.futility[level - 1]:
+                ended[run], used[run] = outcome, sizes[k]
+                break
+    return OperatingCharacteristics(
+        runs=runs,
+        approve=float((ended == "approve").mean()),
+        reject=float((ended == "reject").mean()),
+        futile=float((ended == "futile").mean()),
+        inconclusive=float((ended == "inconclusive").mean()),
+        mean_samples=float(used.mean()),
     )
 
 

@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gates.judge.power import DEFAULT_DISCORDANCE, plan_task, planned_information
 from gates.judge.records import MetricVerdict
 from gates.judge.sequential import (
+    INFORMATION_LEVELS,
     OBRIEN_FLEMING,
     POCOCK,
     GroupSequentialDesign,
@@ -25,6 +27,9 @@ from gates.judge.sequential import (
     decide_look,
     equally_spaced,
     group_sequential_design,
+    information_design,
+    information_levels,
+    null_information,
 )
 from gates.policy.metrics import METRIC_SPECS
 from gates.policy.rules import MetricRule, SequentialRule, TaskPolicy
@@ -121,6 +126,10 @@ def task_looks(
         gains += sum(1 for s in common if cand[s] and not base[s])
         n += len(common)
         counts.append((losses, gains, n))
+    rates = (base_passed / n, cand_passed / n)
+    if rule.information == "observed":
+        design, looks = _observed_looks(rule, guardrail.confidence, counts, margin)
+        return StagedLooks(guardrail.metric, guardrail.label, design, looks, stage_size, rates)
     # Stages larger than planned (evidence brought in from elsewhere) stretch the maximum, so the
     # looks to come stay where they were planned relative to it.
     maximum = max(rule.looks * stage_size, n * rule.looks / len(counts))
@@ -140,7 +149,45 @@ def task_looks(
     looks = tuple(
         decide_look(design, k, losses=b, gains=c, n=m, margin=margin) for k, (b, c, m) in enumerate(counts, start=1)
     )
-    return StagedLooks(guardrail.metric, guardrail.label, design, looks, stage_size, (base_passed / n, cand_passed / n))
+    return StagedLooks(guardrail.metric, guardrail.label, design, looks, stage_size, rates)
+
+
+def _observed_looks(
+    rule: SequentialRule, confidence: float, counts: Sequence[tuple[int, int, int]], margin: float
+) -> tuple[GroupSequentialDesign, tuple[LookDecision, ...]]:
+    """The looks of the information-based design (policy ``sequential.information: observed``).
+
+    The maximum information is the power plan's (``power.plan_task`` at the planned discordance,
+    the policy's power, looks and spending): what its maximum pairs carry at that discordance.
+    Each stage's look is taken at the grid level its observed information reached
+    (``sequential.information_levels``): with fewer discordant pairs than planned the looks come
+    further along, and the boundaries lower. The last look is the one at the last level or the
+    ``rule.looks``-th stage, whichever comes first.
+    """
+    planned = planned_design(rule, confidence)
+    stages = rule.looks
+    plan = plan_task(
+        margin=margin,
+        confidence=confidence,
+        power=rule.power,
+        discordance=DEFAULT_DISCORDANCE,
+        looks=rule.looks,
+        alpha_spending=planned.alpha_spending,
+        beta_spending=planned.beta_spending,
+    )
+    maximum = planned_information(plan.max_n, margin=margin, discordance=DEFAULT_DISCORDANCE)
+    levels = information_levels([float(null_information(b, c, m, margin)) for b, c, m in counts], maximum)
+    if len(levels) < len(counts):
+        raise ValueError(f"{len(counts)} stages are more than the {len(levels)} the information allowed")
+    design, looks = information_design(planned), []
+    for stage, (level, (b, c, m)) in enumerate(zip(levels, counts, strict=False), start=1):
+        final = level == INFORMATION_LEVELS or stage == stages
+        design = information_design(planned, level) if final else information_design(planned)
+        look = decide_look(design, level, losses=b, gains=c, n=m, margin=margin)
+        looks.append(
+            replace(look, look=stage, looks=stage if final else stages, information=level / INFORMATION_LEVELS)
+        )
+    return design, tuple(looks)
 
 
 def continues(staged: StagedLooks) -> bool:
@@ -151,7 +198,7 @@ def continues(staged: StagedLooks) -> bool:
 def may_continue(staged: StagedLooks) -> bool:
     """Another stage may still be added: neither boundary was crossed and looks are left
     (futility is non-binding, so a task stopped as futile may be continued)."""
-    return not staged.last.settled and staged.last.look < staged.design.looks
+    return not staged.last.settled and staged.last.look < staged.last.looks
 
 
 def staged_verdict(fixed: MetricVerdict, staged: StagedLooks, *, budget_spent: bool) -> MetricVerdict:
@@ -181,7 +228,7 @@ def staged_verdict(fixed: MetricVerdict, staged: StagedLooks, *, budget_spent: b
     else:
         spent = "this evaluation's stage budget is spent" if budget_spent else "not settled yet"
         reason = f"{head}; {spent}, the next stage would add {staged.stage_size} samples."
-    needed = staged.stage_size if status == "inconclusive" and look.look < design.looks else None
+    needed = staged.stage_size if status == "inconclusive" and look.look < look.looks else None
     details = {
         **{k: v for k, v in fixed.details.items() if k not in ("losses", "gains")},
         "losses": look.losses,

@@ -21,6 +21,7 @@ from gates.policy.metrics import CANARY_SIGNALS, METRIC_SPECS, is_quality
 from gates.policy.rules import (
     BOTTLENECKS,
     FUTILITY_CHOICES,
+    INFORMATION_CHOICES,
     MAX_LOOKS,
     MAX_N_BOOT,
     MAX_REPORTED_ERRORS,
@@ -350,7 +351,7 @@ def _canary(v: _Validator, raw: Any) -> CanaryRule:
 def _sequential(v: _Validator, raw: Any) -> SequentialRule:
     if raw is None:
         return SequentialRule()  # no section: the fixed design, as every policy before default@5
-    keys = {"enabled", "looks", "stages_per_evaluation", "alpha_spending", "futility", "power"}
+    keys = {"enabled", "looks", "stages_per_evaluation", "alpha_spending", "futility", "power", "information"}
     raw = v.mapping(raw, "sequential", keys)
     looks = v.integer(raw.get("looks"), "sequential.looks", 2, 5, high=MAX_LOOKS)
     per_evaluation = v.integer(
@@ -362,6 +363,9 @@ def _sequential(v: _Validator, raw: Any) -> SequentialRule:
     futility = v.string(raw.get("futility"), "sequential.futility", "pocock")
     if futility not in FUTILITY_CHOICES:
         v.error("sequential.futility", f"must be one of {', '.join(FUTILITY_CHOICES)}")
+    information = v.string(raw.get("information"), "sequential.information", "pairs")
+    if information not in INFORMATION_CHOICES:
+        v.error("sequential.information", f"must be one of {', '.join(INFORMATION_CHOICES)}")
     return SequentialRule(
         enabled=v.boolean(raw.get("enabled"), "sequential.enabled", True),
         looks=looks,
@@ -369,6 +373,7 @@ def _sequential(v: _Validator, raw: Any) -> SequentialRule:
         alpha_spending=spending,
         futility=futility,
         power=v.number(raw.get("power"), "sequential.power", 0.5, 0.99, 0.8),
+        information=information,
     )
 
 

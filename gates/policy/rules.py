@@ -152,6 +152,7 @@ class PowerPlanRule:
 
 SPENDING_CHOICES = ("obrien_fleming", "pocock")
 FUTILITY_CHOICES = ("pocock", "obrien_fleming", "none")
+INFORMATION_CHOICES = ("pairs", "observed")
 # Stage sizes are the shipped suite's (100 samples; 200 for compliance_qa), and the held-out pool
 # holds 1,000 more: six stages fit every suite.
 MAX_LOOKS = 6
@@ -171,7 +172,11 @@ class SequentialRule:
       budget); *Evaluate again* on a needs-evidence ticket continues the same design;
     * ``alpha_spending``: the efficacy (and mirrored harm) boundaries' spending function;
     * ``futility``: the non-binding futility boundary's beta spending (``none``: no futility stop);
-    * ``power``: the power the futility boundary is planned for, against a neutral change.
+    * ``power``: the power the futility boundary is planned for, against a neutral change;
+    * ``information``: what a look's information fraction counts — ``pairs`` (the pairs over
+      ``looks`` × stage size) or ``observed`` (the score's observed information over what that
+      many pairs carry at the planned discordance, so a change with few discordant pairs settles
+      in fewer stages; docs/sequential.md).
     """
 
     enabled: bool = False
@@ -180,6 +185,7 @@ class SequentialRule:
     alpha_spending: str = "obrien_fleming"
     futility: str = "pocock"
     power: float = 0.8
+    information: str = "pairs"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,20 @@ margin — and runs both designs on them at the policy's alpha:
 
 * **fixed**: the judge as it is (``stats`` Tango interval and McNemar rule), once, at the plan's
   fixed sample size;
-* **sequential**: ``gates.judge.sequential`` at the plan's looks, up to its maximum.
+* **sequential**: ``gates.judge.sequential`` at the plan's looks, up to its maximum;
+* **pairs at stages**: the sequential design with its looks where the staged evaluation can take
+  them, after every ``--stage-size`` pairs up to the plan's maximum (re-planned on those fractions);
+* **information-based**: the same boundaries' spending at the information the score observed,
+  looks only at stage boundaries (``--stage-size`` pairs, the shipped suites' 100 by default), the
+  maximum information what the plan's maximum pairs carry at the planned discordance, at most the
+  plan's maximum rounded up to whole stages (``power.simulate_information``, what
+  ``gates.judge.staged`` does under ``sequential.information: observed``).
+
+The fixed design's sample size is the one a gate without sequential testing commits to in advance:
+the plan's fixed n at the policy's margin and confidence, the power and the *planned* discordance
+(``--discordance``), whatever the scenario's true discordance is. The scenarios are declared here,
+before any figure: neutral changes at 0, half, 1 and 2 times the planned discordance, regressions
+of half the margin, at the margin (with and without gains) and of twice the margin.
 
 False approve = approving a change whose true difference is at or beyond −margin; false reject =
 rejecting one within the margin. Samples are the mean pairs used, as a fraction of the fixed
@@ -32,11 +45,16 @@ from gates.judge.power import (
     OperatingCharacteristics,
     PowerPlan,
     plan_task,
+    planned_information,
     simulate_fixed,
+    simulate_information,
     simulate_sequential,
 )
+from gates.judge.sequential import OBRIEN_FLEMING, POCOCK, GroupSequentialDesign, group_sequential_design
 from gates.policy.parse import load_policy
 from tools.kit.manifest import SHIPPED_DIR, read_manifest
+
+SPENDING = {"obrien_fleming": OBRIEN_FLEMING, "pocock": POCOCK}
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,8 @@ class Row:
     harmful: bool  # true difference at or beyond −margin
     fixed: OperatingCharacteristics
     sequential: OperatingCharacteristics
+    staged: OperatingCharacteristics
+    information: OperatingCharacteristics
     fixed_n: int
 
 
@@ -96,6 +116,8 @@ class Command(BaseCommand):
         parser.add_argument("--power", type=float, default=DEFAULT_POWER)
         parser.add_argument("--looks", type=int, default=DEFAULT_LOOKS)
         parser.add_argument("--suite-size", type=int, default=1100, help="shipped plus held-out pool")
+        parser.add_argument("--stage-size", type=int, default=100, help="pairs per stage of the staged designs")
+        parser.add_argument("--alpha-spending", choices=sorted(SPENDING), default="obrien_fleming")
         parser.add_argument("--seed", type=int, default=18)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -117,6 +139,7 @@ class Command(BaseCommand):
                 discordance=options["discordance"],
                 looks=options["looks"],
                 suite_size=options["suite_size"],
+                alpha_spending=SPENDING[options["alpha_spending"]],
             )
         design = plans[min(plans)].design
         beta_spending = design.beta_spending.label if design.beta_spending else "no"
@@ -134,18 +157,32 @@ class Command(BaseCommand):
                 f"{plan.expected_n_at_margin:.0f} at the margin; {plan.reason}"
             )
             for scenario in simulated_scenarios(margin, options["discordance"]):
-                rows.append(self._compare("simulated", scenario, margin, plan, options["runs"], rng))
+                rows.append(self._compare("simulated", scenario, margin, plan, options, rng))
         self.stdout.write("\nresampled from the kit's recorded per-sample outcomes (kit/manifest.json):")
         for task, scenario in recorded_scenarios(margin_of):
-            rows.append(self._compare(task, scenario, margin_of[task], plans[margin_of[task]], options["runs"], rng))
+            rows.append(self._compare(task, scenario, margin_of[task], plans[margin_of[task]], options, rng))
         self._summary(rows)
 
     def _compare(
-        self, source: str, scenario: Scenario, margin: float, plan: PowerPlan, runs: int, rng: np.random.Generator
+        self,
+        source: str,
+        scenario: Scenario,
+        margin: float,
+        plan: PowerPlan,
+        options: dict[str, Any],
+        rng: np.random.Generator,
     ) -> Row:
-        common = {"margin": margin, "p_loss": scenario.p_loss, "p_gain": scenario.p_gain, "runs": runs, "rng": rng}
-        fixed = simulate_fixed(plan.fixed_n, confidence=1 - 2 * plan.alpha, **common)  # type: ignore[arg-type]
-        sequential = simulate_sequential(plan.design, plan.look_sizes, **common)  # type: ignore[arg-type]
+        common = {"margin": margin, "p_loss": scenario.p_loss, "p_gain": scenario.p_gain, "runs": options["runs"]}
+        fixed = simulate_fixed(plan.fixed_n, confidence=1 - 2 * plan.alpha, rng=rng, **common)
+        sequential = simulate_sequential(plan.design, plan.look_sizes, rng=rng, **common)
+        stage_size = options["stage_size"]
+        stages = math.ceil(plan.max_n / stage_size)
+        maximum = planned_information(plan.max_n, margin=margin, discordance=plan.discordance)
+        information = simulate_information(
+            plan.design, stage_size=stage_size, stages=stages, max_information=maximum, rng=rng, **common
+        )
+        staged_sizes = [min(stage_size * (k + 1), plan.max_n) for k in range(stages)]
+        staged = simulate_sequential(_pair_design(plan, staged_sizes), staged_sizes, rng=rng, **common)
         harmful = scenario.difference <= -margin + 1e-12
         error = "approve" if harmful else "reject"
 
@@ -158,25 +195,48 @@ class Command(BaseCommand):
             f"{fixed.reject:.2f}/{sequential.reject:.2f} | samples {sequential.mean_samples:.0f} = "
             f"{sequential.mean_samples / plan.fixed_n:.2f} of fixed"
         )
-        return Row(source, harmful, fixed, sequential, plan.fixed_n)
+        for name, result in (("pairs at stages", staged), ("information-based", information)):
+            self.stdout.write(
+                f"  {'':<48} {name:<18} false {error} {rate(result):.3f} | approve {result.approve:.2f} reject "
+                f"{result.reject:.2f} | samples {result.mean_samples:.0f} = {result.mean_samples / plan.fixed_n:.2f}"
+                " of fixed"
+            )
+        return Row(source, harmful, fixed, sequential, staged, information, plan.fixed_n)
 
     def _summary(self, rows: list[Row]) -> None:
-        self.stdout.write("\nsummary (worst case over scenarios; samples: mean over scenarios of sequential / fixed)")
+        self.stdout.write(
+            "\nsummary (worst case over scenarios; samples: mean over scenarios of the design's mean / fixed n)"
+        )
         for name, chosen in (
             ("simulated", [r for r in rows if r.source == "simulated"]),
             ("recorded", [r for r in rows if r.source != "simulated"]),
         ):
             harmful = [r for r in chosen if r.harmful]
             neutral = [r for r in chosen if not r.harmful]
-            worst_approve = [max((x.approve for x in xs), default=0.0) for xs in _designs(harmful)]
-            worst_reject = [max((x.reject for x in xs), default=0.0) for xs in _designs(neutral)]
-            fraction = float(np.mean([r.sequential.mean_samples / r.fixed_n for r in chosen])) if chosen else math.nan
-            self.stdout.write(
-                f"  {name:<9} false approve fixed {worst_approve[0]:.3f} seq {worst_approve[1]:.3f}; "
-                f"false reject fixed {worst_reject[0]:.3f} seq {worst_reject[1]:.3f}; "
-                f"samples {fraction:.2f} of fixed over {len(chosen)} scenarios"
-            )
+            for label, pick in (
+                ("fixed", lambda r: r.fixed),
+                ("sequential", lambda r: r.sequential),
+                ("at stages", lambda r: r.staged),
+                ("information", lambda r: r.information),
+            ):
+                approve = max((pick(r).approve for r in harmful), default=0.0)
+                reject = max((pick(r).reject for r in neutral), default=0.0)
+                fraction = float(np.mean([pick(r).mean_samples / r.fixed_n for r in chosen])) if chosen else math.nan
+                self.stdout.write(
+                    f"  {name:<9} {label:<11} worst false approve {approve:.3f}, worst false reject {reject:.3f}, "
+                    f"samples {fraction:.2f} of fixed over {len(chosen)} scenarios"
+                )
 
 
-def _designs(rows: list[Row]) -> tuple[list[OperatingCharacteristics], list[OperatingCharacteristics]]:
-    return [r.fixed for r in rows], [r.sequential for r in rows]
+def _pair_design(plan: PowerPlan, sizes: list[int]) -> GroupSequentialDesign:
+    """The plan's pair-counting design with its looks at stage boundaries: fractions of its maximum
+    pairs, re-planned with the planned drift (what ``gates.judge.staged`` does with ``pairs``)."""
+    design = plan.design
+    return group_sequential_design(
+        tuple(n / plan.max_n for n in sizes),
+        alpha=design.alpha,
+        beta=design.beta,
+        alpha_spending=design.alpha_spending,
+        beta_spending=design.beta_spending,
+        drift=design.drift,
+    )
