@@ -24,14 +24,9 @@ DECISION_KINDS = (
 )
 
 
-def decision_current(*, ticket: ReleaseTicket, defer_verdicts: bool = False) -> GateDecision | None:
-    """The ticket's current decision: its latest binding (not dry-run) one.
-
-    ``defer_verdicts`` leaves the per-task verdicts (the row's largest JSON) unread until asked
-    for: a reader that keeps them formatted per decision seldom needs them again.
-    """
-    decisions = GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id")
-    return (decisions.defer("verdicts") if defer_verdicts else decisions).first()
+def decision_current(*, ticket: ReleaseTicket) -> GateDecision | None:
+    """The ticket's current decision: its latest binding (not dry-run) one."""
+    return GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id").first()
 
 
 def decisions_awaiting_canary(*, limit: int = 20) -> list[GateDecision]:
@@ -85,9 +80,13 @@ _decisions_in_brief = CompiledQuery(
 
 
 def decision_read(*, ticket_id: int) -> tuple[GateDecision, list[SignOff], list[dict[str, Any]]] | None:
-    """The ticket's current decision (``decision_current`` with ``defer_verdicts``), its sign-offs with
-    their reviewers' usernames (the reviewers' other fields unread), and its other decisions in brief
-    (``decisions_before``); None when the ticket has no binding decision."""
+    """The ticket's current decision (``decision_current``) with its verdicts unread, its sign-offs with
+    their reviewers' usernames (the reviewers' other fields unread), and its other decisions in brief,
+    newest first; None when the ticket has no binding decision.
+
+    The verdicts, the row's largest JSON, are read when first asked for: the read keeps a decision's
+    verdicts formatted per web process (``gates.api.decisions.decision_shown``) and seldom needs them again.
+    """
     found = _current.rows(ticket_id)
     if not found:
         return None
