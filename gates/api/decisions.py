@@ -23,11 +23,9 @@ from gates.models import (
 from gates.selectors.decisions import (
     DECISION_FIELDS,
     SIGN_OFF_FIELDS,
-    decision_current,
+    decision_read,
     decision_shown_fields,
-    decisions_before,
     sign_off_shown,
-    with_sign_offs,
 )
 from gates.selectors.summary import decision_summary, next_action
 from gates.services import signoff
@@ -88,11 +86,18 @@ def decision_shown(decision: GateDecision) -> tuple[dict[str, Any], dict[str, An
 def ticket_decision(ticket: ReleaseTicket, user: Actor) -> Response:
     """The ticket's current decision with its sign-offs, its summary, and the earlier decisions in brief."""
     # The verdicts are read only when this process has not formatted the decision yet (``decision_shown``).
-    current = decision_current(ticket=ticket, defer_verdicts=True)
-    if current is None:
+    read = decision_read(ticket_id=ticket.pk)
+    if read is None:
         return Response({"detail": f"ticket #{ticket.pk} has no gate decision yet"}, status=status.HTTP_404_NOT_FOUND)
-    with_sign_offs(current)
-    sign_offs = list(current.sign_offs.all())  # prefetched with their reviewers
+    current, sign_offs, history = read
+    return decision_response(ticket, user, current, sign_offs, history)
+
+
+def decision_response(
+    ticket: ReleaseTicket, user: Actor, current: GateDecision, sign_offs: list[SignOff], history: list[dict[str, Any]]
+) -> Response:
+    """The decision read's body from its parts: the decision (its verdicts may be deferred), its
+    sign-offs with their reviewers, and the ticket's other decisions in brief."""
     verdicts, summary_base = decision_shown(current)
     data = {
         **decision_shown_fields(current, verdicts=verdicts),
@@ -109,7 +114,7 @@ def ticket_decision(ticket: ReleaseTicket, user: Actor) -> Response:
     summary["next_action"] = next_action(
         status=ticket.status, decision=current, may_sign=may_sign, is_owner=ticket.owner_id == getattr(user, "pk", None)
     )
-    return Response({**data, "summary": summary, "history": decisions_before(current)})
+    return Response({**data, "summary": summary, "history": history})
 
 
 class SignOffInputSerializer(StrictInputSerializer):

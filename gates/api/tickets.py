@@ -27,9 +27,10 @@ from gates.selectors.tickets import (
     TICKET_FIELDS,
     action_paths,
     ticket_list,
+    ticket_row_with,
     ticket_rows,
-    ticket_rows_with,
     ticket_shown,
+    ticket_status_and_owner,
 )
 from gates.services.actions import ticket_action_take
 from gates.services.policy import gate_policy
@@ -241,6 +242,17 @@ def _transition_action(name: str) -> Any:
     return extend_schema(request=TransitionSerializer, responses={200: TicketSerializer})(routed)
 
 
+_NO_TICKET = "No ReleaseTicket matches the given query."
+
+
+def _ticket_id(value: str | None) -> int | None:
+    """The ticket id a read's URL names; None for anything that is not an integer."""
+    try:
+        return int(value or "")
+    except ValueError:
+        return None
+
+
 def _with_provenance(ticket: ReleaseTicket) -> dict[str, Any]:
     """The ticket as the API shows it, with who produced each of its runs."""
     shown = ticket_shown(ticket)
@@ -262,10 +274,8 @@ class TicketViewSet(
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> Any:
-        # Responses are built by ``ticket_rows`` (``retrieve`` reads nothing else); the decision read
-        # needs the ticket's status and owner, the other actions the ticket itself.
-        if self.action == "decision":  # the summary's next action reads the status and the owner
-            return ReleaseTicket.objects.only("pk", "status", "owner_id")
+        # Responses are built by ``ticket_rows``; the reads by id (``retrieve``, ``decision``) read
+        # nothing through this queryset, the other actions the ticket itself.
         return ReleaseTicket.objects.all()
 
     def filter_queryset(self, queryset: Any) -> Any:
@@ -283,13 +293,11 @@ class TicketViewSet(
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         # The ticket's row is the only read: no separate lookup of the ticket before it.
         # Its runs' provenance comes from the same row.
-        try:
-            rows = ticket_rows_with(ReleaseTicket.objects.filter(pk=int(kwargs["pk"])), also=PROVENANCE_ROW_FIELDS)
-        except (TypeError, ValueError, OverflowError):
-            rows = []
-        if not rows:
-            raise Http404("No ReleaseTicket matches the given query.")
-        shown, row = rows[0]
+        pk = _ticket_id(kwargs["pk"])
+        found = None if pk is None else ticket_row_with(pk, also=PROVENANCE_ROW_FIELDS)
+        if found is None:
+            raise Http404(_NO_TICKET)
+        shown, row = found
         shown["provenance"] = ticket_provenance(shown["id"], row=row)
         return Response(shown)
 
@@ -379,7 +387,14 @@ class TicketViewSet(
     @action(detail=True, methods=["get"], permission_classes=[permissions.IsAuthenticated])
     def decision(self, request: Request, pk: str | None = None) -> Response:
         """The ticket's current gate decision, its sign-offs and earlier decisions."""
-        return ticket_decision(self.get_object(), request.user)
+        # The summary's next action reads the ticket's status and owner, nothing else of it.
+        ticket_id = _ticket_id(pk)
+        if ticket_id is None:
+            raise Http404  # as DRF's get_object answers a malformed id
+        ticket = ticket_status_and_owner(ticket_id)
+        if ticket is None:
+            raise Http404(_NO_TICKET)
+        return ticket_decision(ticket, request.user)
 
     @extend_schema(responses={200: TicketPlanSerializer})
     @action(detail=True, methods=["get"], permission_classes=[permissions.IsAuthenticated])

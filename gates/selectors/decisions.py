@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet, prefetch_related_objects
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 
+from core.compiled import CompiledQuery
 from gates.models import DecisionOutcome, GateDecision, ReleaseTicket, SignOff, TicketStatus
 from gates.selectors.tickets import utc_iso
 from ledger.models import LedgerEntry
@@ -22,14 +24,9 @@ DECISION_KINDS = (
 )
 
 
-def decision_current(*, ticket: ReleaseTicket, defer_verdicts: bool = False) -> GateDecision | None:
-    """The ticket's current decision: its latest binding (not dry-run) one.
-
-    ``defer_verdicts`` leaves the per-task verdicts (the row's largest JSON) unread until asked
-    for: a reader that keeps them formatted per decision seldom needs them again.
-    """
-    decisions = GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id")
-    return (decisions.defer("verdicts") if defer_verdicts else decisions).first()
+def decision_current(*, ticket: ReleaseTicket) -> GateDecision | None:
+    """The ticket's current decision: its latest binding (not dry-run) one."""
+    return GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id").first()
 
 
 def decisions_awaiting_canary(*, limit: int = 20) -> list[GateDecision]:
@@ -63,16 +60,46 @@ def decision_entries() -> QuerySet[LedgerEntry]:
     return ledger_entries().filter(kind__in=DECISION_KINDS)
 
 
-def with_sign_offs(decision: GateDecision) -> GateDecision:
-    """Load the decision's sign-offs with their reviewers in one query, not one per sign-off."""
-    prefetch_related_objects([decision], Prefetch("sign_offs", queryset=SignOff.objects.select_related("reviewer")))
-    return decision
+# --- the API's decision read, through queries each web process compiles once (``core.compiled``):
+# building its four queries cost more of the read's CPU than SQLite spent answering them.
+
+_DECISION_COLUMNS = [f.attname for f in GateDecision._meta.concrete_fields if f.name != "verdicts"]
+_SIGN_OFF_COLUMNS = [f.attname for f in SignOff._meta.concrete_fields]
+_BRIEF_FIELDS = ("id", "outcome", "policy_version", "dry_run", "created_at")
+_current = CompiledQuery(
+    lambda ticket_id: (
+        GateDecision.objects.filter(ticket_id=ticket_id, dry_run=False).order_by("-id").values(*_DECISION_COLUMNS)[:1]
+    )
+)
+_sign_offs = CompiledQuery(
+    lambda decision_id: SignOff.objects.filter(decision_id=decision_id).values(*_SIGN_OFF_COLUMNS, "reviewer__username")
+)
+_decisions_in_brief = CompiledQuery(
+    lambda ticket_id: GateDecision.objects.filter(ticket_id=ticket_id).order_by("-id").values(*_BRIEF_FIELDS)
+)
 
 
-def decisions_before(decision: GateDecision) -> list[dict[str, Any]]:
-    """The ticket's other decisions in brief, newest first."""
-    earlier = GateDecision.objects.filter(ticket_id=decision.ticket_id).exclude(pk=decision.pk).order_by("-id")
-    return [dict(row) for row in earlier.values("id", "outcome", "policy_version", "dry_run", "created_at")]
+def decision_read(*, ticket_id: int) -> tuple[GateDecision, list[SignOff], list[dict[str, Any]]] | None:
+    """The ticket's current decision (``decision_current``) with its verdicts unread, its sign-offs with
+    their reviewers' usernames (the reviewers' other fields unread), and its other decisions in brief,
+    newest first; None when the ticket has no binding decision.
+
+    The verdicts, the row's largest JSON, are read when first asked for: the read keeps a decision's
+    verdicts formatted per web process (``gates.api.decisions.decision_shown``) and seldom needs them again.
+    """
+    found = _current.rows(ticket_id)
+    if not found:
+        return None
+    decision = GateDecision.from_db(_current.db, _DECISION_COLUMNS, [found[0][name] for name in _DECISION_COLUMNS])
+    sign_offs = []
+    for row in _sign_offs.rows(decision.pk):
+        sign_off = SignOff.from_db(_sign_offs.db, _SIGN_OFF_COLUMNS, [row[name] for name in _SIGN_OFF_COLUMNS])
+        sign_off.reviewer = User.from_db(
+            _sign_offs.db, ["id", "username"], [row["reviewer_id"], row["reviewer__username"]]
+        )
+        sign_offs.append(sign_off)
+    history = [row for row in _decisions_in_brief.rows(ticket_id) if row["id"] != decision.pk]
+    return decision, sign_offs, history
 
 
 # The fields of a decision and a sign-off as read: the hand-built read here and the API serializers

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
 
 from backends.models import Backend
+from core.compiled import CompiledQuery
 from gates.models import ReleaseTicket, TaskType, allowed_actions
 
 
@@ -44,6 +45,24 @@ def ticket_get(*, pk: int) -> ReleaseTicket | None:
     return (
         ReleaseTicket.objects.select_related("baseline", "candidate", "rollback_target", "owner").filter(pk=pk).first()
     )
+
+
+# In the model's field order, as ``Model.from_db`` takes them.
+_STATUS_AND_OWNER = [
+    f.attname for f in ReleaseTicket._meta.concrete_fields if f.attname in ("id", "status", "owner_id")
+]
+_status_and_owner = CompiledQuery(lambda pk: ReleaseTicket.objects.filter(pk=pk).order_by().values(*_STATUS_AND_OWNER))
+
+
+def ticket_status_and_owner(pk: int) -> ReleaseTicket | None:
+    """The ticket ``pk`` with only its status and owner loaded (what the decision read needs of it), or None.
+
+    Through a query this web process compiled once (``core.compiled``), as the decision read's others.
+    """
+    rows = _status_and_owner.rows(pk)
+    if not rows:
+        return None
+    return ReleaseTicket.from_db(_status_and_owner.db, _STATUS_AND_OWNER, [rows[0][name] for name in _STATUS_AND_OWNER])
 
 
 def ticket_run_ids(*, pk: int) -> list[int]:
@@ -132,16 +151,50 @@ def ticket_rows_with(
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """``ticket_rows``, each with the values of the further fields ``also`` names, read in the same query
     (a caller that needs more of the ticket's row, such as its runs' provenance, saves a query)."""
-    extra = [name for name in also if name not in TICKET_ROW_FIELDS]
-    rows = list(tickets.values(*TICKET_ROW_FIELDS, *extra))
+    rows = list(tickets.values(*_row_fields(also)))
     # Both task lists in one query: a query's building costs the web process more CPU than the
     # database spends on the few rows of this join (two task lists of at most six each per ticket).
+    links = ReleaseTicket.objects.filter(pk__in=[row["id"] for row in rows]).order_by().values(*_TASK_LINKS)
+    return _shown_rows(rows, links, also)
+
+
+def ticket_row_with(pk: int, also: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``ticket_rows_with`` of the one ticket ``pk`` (None when there is none), through queries this
+    web process compiled once: the ticket detail's read, where building and compiling its row's
+    query cost ten times what the database spent on it."""
+    queries = _ONE_TICKET.get(tuple(also))
+    if queries is None:
+        queries = _ONE_TICKET[tuple(also)] = _one_ticket_queries(tuple(also))
+    row_query, links_query = queries
+    rows = row_query.rows(pk)
+    return _shown_rows(rows, links_query.rows(pk), also)[0] if rows else None
+
+
+_TASK_LINKS = ("id", *(f"{relation}__slug" for relation in TASK_LISTS))
+_ONE_TICKET: dict[tuple[str, ...], tuple[CompiledQuery, CompiledQuery]] = {}
+
+
+def _one_ticket_queries(also: tuple[str, ...]) -> tuple[CompiledQuery, CompiledQuery]:
+    fields = _row_fields(also)
+    return (
+        CompiledQuery(lambda pk: ReleaseTicket.objects.filter(pk=pk).order_by().values(*fields)),
+        CompiledQuery(lambda pk: ReleaseTicket.objects.filter(pk=pk).order_by().values(*_TASK_LINKS)),
+    )
+
+
+def _row_fields(also: Sequence[str]) -> list[str]:
+    return [*TICKET_ROW_FIELDS, *(name for name in also if name not in TICKET_ROW_FIELDS)]
+
+
+def _shown_rows(
+    rows: list[dict[str, Any]], links: Iterable[dict[str, Any]], also: Sequence[str]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     tasks: dict[str, dict[int, set[str]]] = {relation: {row["id"]: set() for row in rows} for relation in TASK_LISTS}
-    links = ReleaseTicket.objects.filter(pk__in=[row["id"] for row in rows]).order_by()
-    for ticket_id, *slugs in links.values_list("id", *(f"{relation}__slug" for relation in TASK_LISTS)):
-        for relation, slug in zip(TASK_LISTS, slugs, strict=True):
+    for link in links:
+        for relation in TASK_LISTS:
+            slug = link[f"{relation}__slug"]
             if slug is not None:
-                tasks[relation][ticket_id].add(slug)
+                tasks[relation][link["id"]].add(slug)
     shown = []
     for row in rows:
         ticket: dict[str, Any] = {name: row[name] for name in TICKET_PLAIN_FIELDS}

@@ -93,8 +93,11 @@ class Command(BaseCommand):
             if unknown:
                 raise CommandError(f"unknown endpoints {unknown}; known: {', '.join(endpoints)}")
             endpoints = {name: endpoints[name] for name in chosen}
+        # A connection opened per request (DB_CONN_MAX_AGE=0, the embedded default) costs the web
+        # process about a millisecond more per SQLite read than a kept one (docs/benchmarks.md).
         self.stdout.write(
-            f"{connection.vendor} database with {total_tickets} tickets; gunicorn {options['workers']} worker(s) × "
+            f"{connection.vendor} database with {total_tickets} tickets, connections kept "
+            f"{connection.settings_dict['CONN_MAX_AGE']} s; gunicorn {options['workers']} worker(s) × "
             f"{options['threads']} thread(s); {options['clients']} clients for {options['duration']:.0f} s "
             f"(after {options['warmup']:.0f} s warm-up), think time {options['think_ms']:.0f} ms"
         )
