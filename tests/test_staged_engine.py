@@ -10,9 +10,11 @@ engines the pair before it kept warm (``evaluators.warm``) instead of starting t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
 
 from backends.models import Backend
@@ -60,6 +62,14 @@ def test_a_seed_only_change_settles_its_guardrail_through_held_out_stages(
     kit: Kit, settings: Any, erin: User, tmp_path: Any
 ) -> None:
     staged_policy_file(tmp_path, settings)
+    # The ticket promises no speed-up: a seed-only change claiming one is rejected at once for "no
+    # benefit" when the timing is precise (nothing a quality stage could change), and this test is
+    # about the quality stages. Its claimed bottleneck, kv_memory, is one this load does not
+    # exercise: inconclusive, never a failure.
+    policy_path = Path(settings.OPTGATE_GATE_POLICY)
+    document = yaml.safe_load(policy_path.read_text())
+    document["tasks"][TASK].pop("objectives", None)
+    policy_path.write_text(yaml.safe_dump(document))
     settings.OPTGATE_MODEL_ROOTS = [kit.root]
     settings.OPTGATE_ARTIFACTS_DIR = tmp_path
     settings.OPTGATE_LOAD_PROFILE = {"requests_per_task": 40, "open_loop_requests": 0}
@@ -70,7 +80,9 @@ def test_a_seed_only_change_settles_its_guardrail_through_held_out_stages(
     services.run_execute(run_id=cand_run.pk)
     base_run.refresh_from_db()
     assert base_run.status == RunStatus.SUCCEEDED, base_run.error
-    ticket = evaluating_ticket(erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=tasks(TASK))
+    ticket = evaluating_ticket(
+        erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=tasks(TASK), bottleneck="kv_memory"
+    )
 
     outcome = evaluation.ticket_check(ticket_id=ticket.pk)
     while outcome is None:
