@@ -62,13 +62,16 @@ def test_a_seed_only_change_settles_its_guardrail_through_held_out_stages(
     kit: Kit, settings: Any, erin: User, tmp_path: Any
 ) -> None:
     staged_policy_file(tmp_path, settings)
-    # The ticket promises no speed-up: a seed-only change claiming one is rejected at once for "no
-    # benefit" when the timing is precise (nothing a quality stage could change), and this test is
-    # about the quality stages. Its claimed bottleneck, kv_memory, is one this load does not
-    # exercise: inconclusive, never a failure.
+    # This test is about the quality stages, so the task is judged on its pass rate alone: a
+    # ticket the timing already rejects is judged at once, since no quality stage could change
+    # that (a seed-only change's promised speed-up confidently absent, or — in one CI run over
+    # 40 load requests — goodput 100 % → 85 %; the timing has its own tests). Its claimed
+    # bottleneck, kv_memory, is one this load does not exercise: inconclusive, never a failure.
     policy_path = Path(settings.OPTGATE_GATE_POLICY)
     document = yaml.safe_load(policy_path.read_text())
-    document["tasks"][TASK].pop("objectives", None)
+    task_policy = document["tasks"][TASK]
+    task_policy.pop("objectives", None)
+    task_policy["guardrails"] = [rule for rule in task_policy["guardrails"] if rule["metric"] == "pass_rate"]
     policy_path.write_text(yaml.safe_dump(document))
     settings.OPTGATE_MODEL_ROOTS = [kit.root]
     settings.OPTGATE_ARTIFACTS_DIR = tmp_path
