@@ -320,10 +320,18 @@ def simulate_information(
             final = k == len(levels) - 1 and (level == INFORMATION_LEVELS or k == stages - 1)
             design = information_design(planned, level) if final else grid
             z, bound = score[run, k], design.efficacy[level - 1]
-            outcome = "approve" if z >= bound else "reject" if z <= -bound else "inconclusive" if final else "futile"
-            if final or outcome != "futile" or abs(z) <= design.futility[level - 1]:
-                ended[run], used[run] = outcome, sizes[k]
-                break
+            if z >= bound:
+                outcome = "approve"
+            elif z <= -bound:
+                outcome = "reject"
+            elif final:
+                outcome = "inconclusive"
+            elif abs(z) <= design.futility[level - 1]:
+                outcome = "futile"
+            else:
+                continue
+            ended[run], used[run] = outcome, sizes[k]
+            break
     return OperatingCharacteristics(
         runs=runs,
         approve=float((ended == "approve").mean()),
