@@ -23,6 +23,7 @@ from backends.models import Backend
 from gates.models import ReleaseTicket
 from gates.services import tickets as gate_services
 from tests.factories import backend_fields, ticket_fields
+from tools.kit import Kit, ensure_kit
 
 # The demo's session-wide run and the evidence it measured, for the real-engine tests.
 pytest_plugins = ["tests.demo_evidence", "tests.prometheus_server"]
@@ -127,6 +128,12 @@ def api_for() -> Callable[[User | None], APIClient]:
         return client
 
     return make
+
+
+@pytest.fixture(scope="session")
+def kit() -> Kit:
+    """The shipped model kit (checked against its manifest once per session)."""
+    return ensure_kit()
 
 
 @pytest.fixture

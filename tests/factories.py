@@ -19,12 +19,14 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from backends.models import Backend
+from backends.services import backend_register
 from core import queue
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
-from gates.models import ReleaseTicket, TaskType
+from gates.models import CanaryRound, ReleaseTicket, TaskType
 from gates.policy.rules import POLICY_DIR
 from gates.services import decisions, routing, signoff
 from gates.services import tickets as services
+from tools.kit import BASE, Kit
 
 
 def backend_fields(model_root: Path, name: str, **overrides: Any) -> dict[str, Any]:
@@ -42,6 +44,27 @@ def backend_fields(model_root: Path, name: str, **overrides: Any) -> dict[str, A
     }
     fields.update(overrides)
     return fields
+
+
+# The real-engine tests' kit backends: as the demo fleet serves, greedy, so a seed-only change answers alike.
+KIT_ENGINE_ARGS: dict[str, Any] = {"max_model_len": 2048, "seed": 0, "max_num_seqs": 8, "enable_prefix_caching": False}
+KIT_SAMPLING: dict[str, Any] = {"temperature": 0.0}
+
+
+def register_kit_backend(kit: Kit, actor: User, name: str, **engine_args: Any) -> Backend:
+    """A backend serving the kit's base model on the CPU, ``engine_args`` over ``KIT_ENGINE_ARGS``."""
+    backend, _ = backend_register(
+        actor=actor,
+        name=name,
+        model_id="optgate/kit-base",
+        model_path=str(kit.path(BASE)),
+        model_revision=kit.revision(BASE),
+        engine_version="0.32.0",
+        hardware_class="cpu",
+        engine_args={**KIT_ENGINE_ARGS, **engine_args},
+        sampling_params=KIT_SAMPLING,
+    )
+    return backend
 
 
 def ticket_fields(baseline: Backend, candidate: Backend, **overrides: Any) -> dict[str, Any]:
@@ -195,15 +218,25 @@ def evaluating_ticket(
     return ticket
 
 
-def scenario(outcome: str, owner: User, baseline: Backend, candidate: Backend, **overrides: Any) -> ReleaseTicket:
-    """An evaluating ticket whose stored evidence leads the default policy to ``outcome``."""
+def scenario(
+    outcome: str,
+    owner: User,
+    baseline: Backend,
+    candidate: Backend,
+    *,
+    roles: tuple[str, str] = ("cs_summary", "code_assistant"),
+    **overrides: Any,
+) -> ReleaseTicket:
+    """An evaluating ticket whose stored evidence leads the default policy to ``outcome``; an
+    ``approve`` ticket's beneficiary and risk task are ``roles``."""
     n = 200
     good = outcomes(n, 0.9, 1)
     shape: dict[str, Any]
     if outcome == "approve":
-        base = {"cs_summary": task_spec(good, seed=1), "code_assistant": task_spec(good, seed=2)}
-        cand = {"cs_summary": task_spec(good, speed=0.7, seed=1), "code_assistant": task_spec(good, speed=0.7, seed=2)}
-        shape = {"beneficiary_tasks": tasks("cs_summary"), "risk_tasks": tasks("code_assistant")}
+        beneficiary, risk = roles
+        base = {beneficiary: task_spec(good, seed=1), risk: task_spec(good, seed=2)}
+        cand = {beneficiary: task_spec(good, speed=0.7, seed=1), risk: task_spec(good, speed=0.7, seed=2)}
+        shape = {"beneficiary_tasks": tasks(beneficiary), "risk_tasks": tasks(risk)}
     elif outcome == "approve_high_risk":
         base = {"cs_summary": task_spec(good, seed=1), "knowledge_qa": task_spec(good, seed=2)}
         cand = {"cs_summary": task_spec(good, speed=0.7, seed=1), "knowledge_qa": task_spec(good, speed=0.7, seed=2)}
@@ -312,3 +345,23 @@ def staged_policy_file(tmp_path: Path, settings: Any, old: str = "", new: str = 
     path = tmp_path / "policy.yaml"
     path.write_text(text)
     settings.OPTGATE_GATE_POLICY = str(path)
+
+
+def canary_round(
+    ticket: ReleaseTicket, number: int, verdict: str, action: str, tasks: dict[str, str] | None = None
+) -> CanaryRound:
+    """A stored analysis round of the last five minutes; ``tasks`` gives each task's status
+    (``cs_summary`` with the round's verdict when not given)."""
+    now = timezone.now()
+    statuses = tasks if tasks is not None else {"cs_summary": verdict}
+    return CanaryRound.objects.create(
+        ticket=ticket,
+        number=number,
+        window_start=now - timedelta(minutes=5),
+        window_end=now,
+        policy_version="default@5",
+        verdict=verdict,
+        action=action,
+        reason=f"round {number} said {verdict}",
+        tasks={task: {"status": status, "reason": f"{task} {status}"} for task, status in statuses.items()},
+    )

@@ -13,18 +13,13 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
-from backends.services import backend_register
 from gates.models import Calibration, CalibrationStatus
 from gates.selectors.calibrations import current_calibration
-from tools.kit import BASE, Kit, ensure_kit
+from tests.factories import register_kit_backend
+from tools.kit import Kit
 
 # Engines start in threads that write to the database: a real transaction, task types restored after.
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-
-@pytest.fixture(scope="module")
-def kit() -> Kit:
-    return ensure_kit()
 
 
 def test_a_kit_backend_calibrated_against_itself_has_floors_and_no_discordance(
@@ -33,17 +28,7 @@ def test_a_kit_backend_calibrated_against_itself_has_floors_and_no_discordance(
     settings.OPTGATE_MODEL_ROOTS = [kit.root]
     settings.OPTGATE_ARTIFACTS_DIR = tmp_path
     settings.OPTGATE_LOAD_PROFILE = {"open_loop_requests": 0}  # a small profile: 24 requests, no open loop
-    backend, _ = backend_register(
-        actor=erin,
-        name="kit-base",
-        model_id="optgate/kit-base",
-        model_path=str(kit.path(BASE)),
-        model_revision=kit.revision(BASE),
-        engine_version="0.32.0",
-        hardware_class="cpu",
-        engine_args={"max_model_len": 2048, "seed": 0, "max_num_seqs": 8, "enable_prefix_caching": False},
-        sampling_params={"temperature": 0.0},
-    )
+    backend = register_kit_backend(kit, erin, "kit-base")
     out = io.StringIO()
     call_command("calibrate", backend.name, "--tasks", "code_assistant", "--requests", "24", "--wait", stdout=out)
     print(out.getvalue())  # the floors, for the record of the run

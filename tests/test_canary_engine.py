@@ -35,10 +35,10 @@ from gates.models import ReleaseTicket, RoundAction, TicketStatus
 from gates.policy.parse import load_policy
 from gates.policy.rules import POLICY_DIR, Policy
 from gates.selectors.routes import route_table
-from gates.services import canary, decisions, routing, signoff
-from tests.factories import evaluating_ticket, outcomes, store_run, task_spec, tasks
+from gates.services import canary, routing, signoff
+from tests.factories import decided
 from tests.prometheus_server import Exporter, PrometheusServer
-from tools.kit import BASE, Kit, ensure_kit
+from tools.kit import BASE, Kit
 
 pytestmark = [pytest.mark.engine, pytest.mark.prometheus, pytest.mark.django_db]
 
@@ -47,11 +47,6 @@ CANARY_TENANT = "tenant-a"
 TENANTS = (CANARY_TENANT, "tenant-b", "tenant-c")
 LOW_BIT = "w2g32"
 ENGINE_ARGS = {"max_model_len": 2048, "seed": 0, "max_num_seqs": 8}
-
-
-@pytest.fixture(scope="module")
-def kit() -> Kit:
-    return ensure_kit()
 
 
 @pytest.fixture(scope="module")
@@ -124,21 +119,14 @@ def in_canary(
     candidate = live_backend(make_backend, kit, engines[LOW_BIT], LOW_BIT)
     for task in (BENEFICIARY, RISK):
         routing.routes_set(task=task, backend=baseline, actor=ada, reason="initial fleet")
-    good = outcomes(200, 0.9, 1)
-    base = {BENEFICIARY: task_spec(good, seed=1), RISK: task_spec(good, seed=2)}
-    cand = {BENEFICIARY: task_spec(good, speed=0.7, seed=1), RISK: task_spec(good, speed=0.7, seed=2)}
-    ticket = evaluating_ticket(
+    ticket = decided(
+        "approve",
         erin,
         baseline,
         candidate,
-        store_run(baseline, base),
-        store_run(candidate, cand),
-        beneficiary_tasks=tasks(BENEFICIARY),
-        risk_tasks=tasks(RISK),
+        roles=(BENEFICIARY, RISK),
         canary_scope={"tenants": [CANARY_TENANT], "business_domain": "support"},
     )
-    assert decisions.decision_make(ticket=ticket).outcome == "approve"
-    ticket.refresh_from_db()
     # SQL is a business-owner task: a platform reviewer and a business owner sign off.
     bella.groups.add(Group.objects.get_or_create(name="reviewer:business_owner")[0])
     for reviewer in (rita, bella):

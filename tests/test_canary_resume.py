@@ -17,14 +17,14 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.errors import DomainError, InvalidInput, NotAllowed
-from gates.models import CanaryRound, ReleaseTicket, RoundAction
+from gates.models import ReleaseTicket, RoundAction
 from gates.policy.parse import load_policy
 from gates.policy.rules import POLICY_DIR
 from gates.selectors.canary import canary_pause
 from gates.selectors.verdicts import backend_verdict
 from gates.services import canary, routing, signoff
 from ledger.models import LedgerEntry
-from tests.factories import decided
+from tests.factories import canary_round, decided
 from tests.ui_helpers import client_for
 
 pytestmark = pytest.mark.django_db
@@ -41,25 +41,10 @@ def in_canary(ada: User, erin: User, rita: User, baseline: Any, candidate: Any) 
     return routing.routes_start_canary(ticket=ticket, actor=erin)
 
 
-def a_round(ticket: ReleaseTicket, number: int, verdict: str, action: str) -> CanaryRound:
-    now = timezone.now()
-    return CanaryRound.objects.create(
-        ticket=ticket,
-        number=number,
-        window_start=now - timedelta(minutes=5),
-        window_end=now,
-        policy_version="default@5",
-        verdict=verdict,
-        action=action,
-        reason=f"round {number} said {verdict}",
-        tasks={"cs_summary": {"status": verdict, "reason": f"cs_summary {verdict}"}},
-    )
-
-
 @pytest.fixture
 def paused(in_canary: ReleaseTicket) -> ReleaseTicket:
-    a_round(in_canary, 1, "inconclusive", RoundAction.CONTINUE)
-    a_round(in_canary, 2, "inconclusive", RoundAction.PAUSE)
+    canary_round(in_canary, 1, "inconclusive", RoundAction.CONTINUE)
+    canary_round(in_canary, 2, "inconclusive", RoundAction.PAUSE)
     return in_canary
 
 
@@ -77,14 +62,14 @@ def test_a_reviewer_resumes_a_paused_canary_and_the_ledger_says_why(paused: Rele
     entry = LedgerEntry.objects.filter(kind="canary.resumed").get()
     assert entry.actor == rita and entry.subject_id == str(paused.pk)
     assert entry.payload == {"paused_round": 2, "paused_reason": "round 2 said inconclusive", "reason": REASON}
-    a_round(paused, 3, "pass", RoundAction.CONTINUE)
+    canary_round(paused, 3, "pass", RoundAction.CONTINUE)
     assert backend_verdict(backend_name=paused.candidate.name).allowed  # the pause no longer blocks
 
 
 def test_a_canary_paused_again_after_a_resume_is_paused(paused: ReleaseTicket, ada: User) -> None:
     canary.canary_resume(ticket=paused, actor=ada, reason=REASON)  # admins resume too
     paused.refresh_from_db()
-    a_round(paused, 3, "fail", RoundAction.PAUSE)
+    canary_round(paused, 3, "fail", RoundAction.PAUSE)
 
     assert canary_pause(paused).number == 3  # type: ignore[union-attr]
 
@@ -92,11 +77,11 @@ def test_a_canary_paused_again_after_a_resume_is_paused(paused: ReleaseTicket, a
 def test_resuming_a_canary_that_is_not_paused_is_refused_saying_so(
     in_canary: ReleaseTicket, rita: User, erin: User, baseline: Any, candidate: Any
 ) -> None:
-    a_round(in_canary, 1, "pass", RoundAction.CONTINUE)
+    canary_round(in_canary, 1, "pass", RoundAction.CONTINUE)
     with pytest.raises(DomainError, match=rf"canary of ticket #{in_canary.pk} is not paused.*since it started"):
         canary.canary_resume(ticket=in_canary, actor=rita, reason=REASON)
 
-    a_round(in_canary, 2, "fail", RoundAction.PAUSE)
+    canary_round(in_canary, 2, "fail", RoundAction.PAUSE)
     canary.canary_resume(ticket=in_canary, actor=rita, reason=REASON)
     in_canary.refresh_from_db()
     with pytest.raises(DomainError, match="since its last resume"):
@@ -125,14 +110,14 @@ def test_after_a_resume_the_rounds_before_it_no_longer_hold_promotion_back(pause
     ReleaseTicket.objects.filter(pk=paused.pk).update(canary_started_at=timezone.now() - timedelta(hours=2))
     paused.refresh_from_db()
     traffic = {"cs_summary": rule.min_requests}
-    a_round(paused, 3, "pass", RoundAction.CONTINUE)
+    canary_round(paused, 3, "pass", RoundAction.CONTINUE)
 
     held = canary._on_pass(paused, rule, {}, traffic, now=timezone.now())
     assert held.action == RoundAction.CONTINUE and "paused since round 2" in held.reason
 
     canary.canary_resume(ticket=paused, actor=rita, reason=REASON)
     paused.refresh_from_db()
-    a_round(paused, 4, "pass", RoundAction.CONTINUE)
+    canary_round(paused, 4, "pass", RoundAction.CONTINUE)
     # No task result carries a peak here; a policy without the peak condition isolates the pause.
     rule = replace(rule, peak_fraction=0.0)
     ready = canary._on_pass(paused, rule, {}, traffic, now=timezone.now())
@@ -141,7 +126,7 @@ def test_after_a_resume_the_rounds_before_it_no_longer_hold_promotion_back(pause
 
 def test_after_a_resume_the_inconclusive_streak_starts_again(paused: ReleaseTicket, rita: User) -> None:
     rule = load_policy(POLICY_DIR / "default.yaml").canary  # three inconclusive rounds in a row allowed
-    a_round(paused, 3, "inconclusive", RoundAction.PAUSE)
+    canary_round(paused, 3, "inconclusive", RoundAction.PAUSE)
     assert canary._inconclusive(paused, rule, "small").action == RoundAction.PAUSE  # the fourth in a row
 
     canary.canary_resume(ticket=paused, actor=rita, reason=REASON)
@@ -202,6 +187,6 @@ def test_the_page_asks_for_a_reason_before_it_resumes(paused: ReleaseTicket, rit
 
 
 def test_a_running_canary_offers_no_resume(in_canary: ReleaseTicket, rita: User) -> None:
-    a_round(in_canary, 1, "pass", RoundAction.CONTINUE)
+    canary_round(in_canary, 1, "pass", RoundAction.CONTINUE)
     page = client_for(rita).get(f"/tickets/{in_canary.pk}/").content.decode()
     assert "Canary analysis rounds" in page and "Resume the canary" not in page

@@ -25,7 +25,7 @@ from gates.models import CanaryRound, OutcomeCount, ReleaseTicket
 from gates.policy.parse import load_policy
 from gates.selectors.verdicts import backend_verdict
 from gates.services import canary, routing, signoff
-from tests.factories import decided
+from tests.factories import canary_round, decided
 from tests.prometheus_server import free_port
 from workers import tasks
 
@@ -206,25 +206,10 @@ def in_canary(ada: User, erin: User, rita: User, baseline: Any, candidate: Any) 
     return routing.routes_start_canary(ticket=ticket, actor=erin)
 
 
-def a_round(ticket: ReleaseTicket, number: int, verdict: str, action: str, tasks: dict[str, str]) -> CanaryRound:
-    now = timezone.now()
-    return CanaryRound.objects.create(
-        ticket=ticket,
-        number=number,
-        window_start=now - timedelta(minutes=5),
-        window_end=now,
-        policy_version="default@5",
-        verdict=verdict,
-        action=action,
-        reason=f"round {number} said {verdict}",
-        tasks={task: {"status": status, "reason": f"{task} {status}"} for task, status in tasks.items()},
-    )
-
-
 def test_rollout_tools_see_the_signed_verdict_until_a_round_has_run(in_canary: ReleaseTicket) -> None:
     before = backend_verdict(backend_name=in_canary.candidate.name, route="cs_summary")
     assert before.allowed and before.live is None
-    a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
+    canary_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
     after = backend_verdict(backend_name=in_canary.candidate.name, route="cs_summary")
     assert after.allowed and after.live and after.live["round"] == 1 and "canary round 1" in after.reason
 
@@ -232,8 +217,8 @@ def test_rollout_tools_see_the_signed_verdict_until_a_round_has_run(in_canary: R
 def test_the_argo_metric_answers_from_the_latest_round_per_route(
     in_canary: ReleaseTicket, api_for: Callable[[User | None], APIClient], erin: User
 ) -> None:
-    a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
-    a_round(in_canary, 2, "inconclusive", "continue", {"cs_summary": "pass", "code_assistant": "inconclusive"})
+    canary_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
+    canary_round(in_canary, 2, "inconclusive", "continue", {"cs_summary": "pass", "code_assistant": "inconclusive"})
     client = api_for(erin)
     url = "/api/v1/integrations/argo/verdict/"
     name = in_canary.candidate.name
@@ -254,7 +239,7 @@ def test_the_beat_queues_a_round_once_per_interval_and_only_with_prometheus(
     assert canary.canary_rounds_due() == []  # the first interval has not passed
     later = timezone.now() + timedelta(minutes=6)
     assert canary.canary_rounds_due(now=later) == [in_canary.pk]
-    a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass"})  # a round just ran
+    canary_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass"})  # a round just ran
     assert canary.canary_rounds_due(now=timezone.now() + timedelta(minutes=4)) == []
     assert canary.canary_rounds_due(now=timezone.now() + timedelta(minutes=6)) == [in_canary.pk]
 
@@ -293,8 +278,8 @@ def test_the_ticket_page_shows_the_rounds_as_a_timeline_with_each_tasks_slices_o
 ) -> None:
     from tests.ui_helpers import client_for
 
-    first = a_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
-    second = a_round(in_canary, 2, "fail", "propose_rollback", {"cs_summary": "pass", "code_assistant": "fail"})
+    first = canary_round(in_canary, 1, "pass", "continue", {"cs_summary": "pass", "code_assistant": "pass"})
+    second = canary_round(in_canary, 2, "fail", "propose_rollback", {"cs_summary": "pass", "code_assistant": "fail"})
     for stored, bad in ((first, 1), (second, 20)):
         stored.tasks["code_assistant"].update(
             candidate=slice_numbers(200, bad, 410.0), baseline=slice_numbers(800, 4, 400.0)

@@ -24,7 +24,7 @@ from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
 from tests.demo_evidence import BASELINE, LOW_BIT, NGRAM, PREFIX_CACHE, DemoEvidence
 from tests.factories import assert_prefix_cache_judged
-from tools.kit import BASE, Kit, ensure_kit
+from tools.kit import BASE, Kit
 
 pytestmark = pytest.mark.engine
 
@@ -132,11 +132,6 @@ def test_prefix_caching_passes_every_quality_guardrail_and_is_approved_unless_ti
 
 
 # --- attach mode: a run against an endpoint OptGate did not start ---------------------------------
-
-
-@pytest.fixture(scope="module")
-def kit() -> Kit:
-    return ensure_kit()
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ import pytest
 from django.contrib.auth.models import User
 
 from backends.models import Backend
-from backends.services import backend_register
 from evaluators import pipeline, services
 from evaluators.interleave import BASELINE, CANDIDATE
 from evaluators.models import EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
@@ -34,25 +33,17 @@ from gates.models import DecisionOutcome
 from gates.policy.parse import load_policy
 from gates.selectors.evidence import run_task_evidence
 from gates.services import decisions
-from tests.factories import evaluating_ticket, tasks
-from tools.kit import BASE, Kit, ensure_kit
+from tests.factories import evaluating_ticket, register_kit_backend, tasks
+from tools.kit import Kit
 
 # Engines start in threads that write to the database: a real transaction, task types restored after.
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
-BASE_ARGS = {"max_model_len": 2048, "seed": 0, "max_num_seqs": 8, "enable_prefix_caching": False}
-# As the demo fleet serves: greedy, so a seed-only change answers (and takes) the same.
-SAMPLING = {"temperature": 0.0}
 POLICY = load_policy("default")
 # Fewer load requests than the policy's minimum: a failure still fails, a pass reads inconclusive.
 PROFILE = {"requests_per_task": 40}
 # Scenarios about performance alone ask for a handful of answers (the load still sends 40 prompts).
 QUALITY_FEW = 8
-
-
-@pytest.fixture(scope="module")
-def kit() -> Kit:
-    return ensure_kit()
 
 
 @pytest.fixture
@@ -61,18 +52,7 @@ def kit_backend(kit: Kit, settings: Any, erin: User, tmp_path: Any) -> Any:
     settings.OPTGATE_ARTIFACTS_DIR = tmp_path  # run ids restart with each test database
 
     def register(name: str, **engine_args: Any) -> Backend:
-        backend, _ = backend_register(
-            actor=erin,
-            name=name,
-            model_id="optgate/kit-base",
-            model_path=str(kit.path(BASE)),
-            model_revision=kit.revision(BASE),
-            engine_version="0.32.0",
-            hardware_class="cpu",
-            engine_args={**BASE_ARGS, **engine_args},
-            sampling_params=SAMPLING,
-        )
-        return backend
+        return register_kit_backend(kit, erin, name, **engine_args)
 
     return register
 

@@ -17,45 +17,17 @@ import pytest
 import yaml
 from django.contrib.auth.models import User
 
-from backends.models import Backend
-from backends.services import backend_register
 from evaluators import services
 from evaluators.models import RunStatus, SampleRecord
 from gates.models import EvaluationStage
 from gates.selectors.decisions import decision_current
 from gates.services import evaluation
-from tests.factories import evaluating_ticket, staged_policy_file, tasks
-from tools.kit import BASE, Kit, ensure_kit
+from tests.factories import evaluating_ticket, register_kit_backend, staged_policy_file, tasks
+from tools.kit import Kit
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 TASK = "code_assistant"
-
-
-@pytest.fixture(scope="module")
-def kit() -> Kit:
-    return ensure_kit()
-
-
-def _backend(kit: Kit, erin: User, name: str, **engine_args: Any) -> Backend:
-    backend, _ = backend_register(
-        actor=erin,
-        name=name,
-        model_id="optgate/kit-base",
-        model_path=str(kit.path(BASE)),
-        model_revision=kit.revision(BASE),
-        engine_version="0.32.0",
-        hardware_class="cpu",
-        engine_args={
-            "max_model_len": 2048,
-            "seed": 0,
-            "max_num_seqs": 8,
-            "enable_prefix_caching": False,
-            **engine_args,
-        },
-        sampling_params={"temperature": 0.0},
-    )
-    return backend
 
 
 def test_a_seed_only_change_settles_its_guardrail_through_held_out_stages(
@@ -76,7 +48,10 @@ def test_a_seed_only_change_settles_its_guardrail_through_held_out_stages(
     settings.OPTGATE_MODEL_ROOTS = [kit.root]
     settings.OPTGATE_ARTIFACTS_DIR = tmp_path
     settings.OPTGATE_LOAD_PROFILE = {"requests_per_task": 40, "open_loop_requests": 0}
-    baseline, candidate = _backend(kit, erin, "kit-base"), _backend(kit, erin, "kit-base-seed1", seed=1)
+    baseline, candidate = (
+        register_kit_backend(kit, erin, "kit-base"),
+        register_kit_backend(kit, erin, "kit-base-seed1", seed=1),
+    )
     base_run, cand_run = services.pair_request(
         baseline=baseline, candidate=candidate, tasks=[TASK], load_profile=dict(settings.OPTGATE_LOAD_PROFILE)
     )

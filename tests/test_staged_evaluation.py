@@ -50,11 +50,14 @@ def sent() -> Any:
         yield published
 
 
-def _ticket(owner: User, baseline: Backend, candidate: Backend, sql_candidate: list[bool] = GOOD) -> ReleaseTicket:
-    """An evaluating ticket whose first pair has finished: a faster candidate (cs_summary, beneficiary)
-    with SQL as a risk task, answered as ``sql_candidate`` says."""
+def _ticket(
+    owner: User, baseline: Backend, candidate: Backend, sql_candidate: list[bool] = GOOD, speed: float = 0.7
+) -> ReleaseTicket:
+    """An evaluating ticket whose first pair has finished: a candidate taking ``speed`` times the
+    baseline's time (faster by default; cs_summary, beneficiary) with SQL as a risk task, answered
+    as ``sql_candidate`` says."""
     base = {SUMMARY: task_spec(GOOD, seed=1), SQL: task_spec(GOOD, seed=2)}
-    cand = {SUMMARY: task_spec(GOOD, speed=0.7, seed=1), SQL: task_spec(sql_candidate, speed=0.7, seed=2)}
+    cand = {SUMMARY: task_spec(GOOD, speed=speed, seed=1), SQL: task_spec(sql_candidate, speed=speed, seed=2)}
     return evaluating_ticket(
         owner,
         baseline,
@@ -232,17 +235,7 @@ def test_a_ticket_rejected_on_evidence_no_stage_measures_again_is_judged_without
 ) -> None:
     # Both pass-rate looks continue (no discordant pair in 100), but the beneficiary's candidate is
     # 60 % slower: its promised speed-up confidently failed, and held-out answers cannot change that.
-    base = {SUMMARY: task_spec(GOOD, seed=1), SQL: task_spec(GOOD, seed=2)}
-    cand = {SUMMARY: task_spec(GOOD, speed=1.6, seed=1), SQL: task_spec(GOOD, speed=1.6, seed=2)}
-    ticket = evaluating_ticket(
-        erin,
-        baseline,
-        candidate,
-        store_run(baseline, base),
-        store_run(candidate, cand),
-        beneficiary_tasks=tasks(SUMMARY),
-        risk_tasks=tasks(SQL),
-    )
+    ticket = _ticket(erin, baseline, candidate, speed=1.6)
     assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
     assert not EvaluationStage.objects.filter(ticket=ticket).exists()
     decision = decision_current(ticket=ticket)
