@@ -31,13 +31,26 @@ from evaluators.engine_metrics import measurement_argv
 from evaluators.processes import HOST, find_free_port, kill_process_group, wait_port_free
 
 DEFAULT_KV_CACHE_GIB = "1"
-# vLLM-on-CPU pins the model's OpenMP threads to all cores but one and leaves that one to the API
-# server, the engine core and whatever measures it. On a small machine that one core is starved:
-# on two cores, the same engine's client-side TTFT p50 jumped between 13 ms and 90 ms from one
-# 100-request run to the next while its own /metrics TTFT stayed at 7-15 ms (chunks were held in
-# the API server and arrived at once). Unbound, the runs agreed (p50 25-31 ms with prefix caching,
-# 41-51 ms without), so latency measured on a CPU worker compares across runs.
-DEFAULT_CPU_THREADS_BIND = "nobind"
+
+
+def default_cpu_threads_bind() -> str:
+    """Where a CPU engine's model threads run: every CPU this process may use but the first, which
+    is left to the API server, the engine core and the load generator.
+
+    Unbound (``nobind``) the model thread wanders onto the core the API server and the engine
+    core's busy-polling loop use, and one request in seven or ten took 80-300 ms longer to its
+    first token (the engine's own prefill histogram had the same outliers, so it was the forward
+    pass being preempted); pinned to the second of two cores, 80 requests in a row came out at
+    37-46 ms. vLLM's own ``auto`` binding differs: measured earlier it starved the API server on
+    two cores (docs/benchmarks.md, "CPU engines and thread binding"). A machine with one CPU has
+    nothing to leave free: unbound.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "nobind"
+    return ",".join(str(cpu) for cpu in cpus[1:])  # vLLM reads lists like "1,2,3"
+
+
 _POLL_INTERVAL_S = 1.0
 # Lines that carry no information about a failure (progress bars, blank lines).
 _NOISE_RE = re.compile(r"^\s*$|it/s\]|s/it\]|^\s*\d+%\|")
@@ -207,7 +220,7 @@ def engine_env(device: Literal["cpu", "gpu"], env_extra: Mapping[str, str] | Non
         # Without VLLM_TARGET_DEVICE some code paths pick GPU kernels (illegal instruction).
         env["VLLM_TARGET_DEVICE"] = "cpu"
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KV_CACHE_GIB)
-        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", DEFAULT_CPU_THREADS_BIND)
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", default_cpu_threads_bind())
     elif device != "gpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', not {device!r}")
     env.update(env_extra or {})

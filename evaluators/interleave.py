@@ -16,12 +16,14 @@ Nothing here touches the database.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -49,6 +51,14 @@ DEFAULT_BLOCKS = 8
 # reused from an earlier run has served nothing yet, and first batches pay one-off costs.
 WARMUP_REQUESTS = 4
 KV_SAMPLE_INTERVAL_S = 0.25
+# How long an engine keeps a core busy after its last request: vLLM's worker busy-polls its
+# shared-memory queue for a second after each read before it sleeps (``SpinCondition``,
+# ``busy_loop_s=1`` in ``vllm/distributed/device_communicators/shm_broadcast.py``). On a small
+# CPU box that loop takes a core from the other engine's next block: measured on two cores, the
+# first four requests of every block sent right after the other engine's came out 480-700 ms
+# where the same engine's next block started at 50-140 ms, whichever engine it was, so an A/B
+# comparison measured whose turn it was. A block that follows the other engine's waits this long.
+ENGINE_SETTLE_S = 1.25
 
 
 def block_order(chunks: int) -> list[tuple[int, str]]:
@@ -222,9 +232,16 @@ def _weighted_mean(per_block: Sequence[dict[str, float | None]], key: str) -> fl
 
 class KvSampler:
     """Reads the KV-cache usage gauge every ``interval_s`` while a block runs (peak and time-weighted
-    mean), and how many requests waited for room in the cache (peak)."""
+    mean), and how many requests waited for room in the cache (peak); with ``interval_s`` None it
+    reads nothing (and its result is empty).
 
-    def __init__(self, base_url: str, interval_s: float = KV_SAMPLE_INTERVAL_S) -> None:
+    Each read costs the engine: vLLM's API server renders its whole ``/metrics`` page (55 KB with
+    OptGate's fine latency buckets, 60-190 ms on a small CPU) in the process that streams the
+    tokens. Read every 0.25 s, batches of four requests on two cores stalled together for 100-150
+    ms now and then on both engines; without the reads they did not. So only the load that
+    measures the KV-memory bottleneck samples it."""
+
+    def __init__(self, base_url: str, interval_s: float | None = KV_SAMPLE_INTERVAL_S) -> None:
         self.base_url = base_url
         self.interval_s = interval_s
         self.samples: list[tuple[float, float]] = []
@@ -248,12 +265,14 @@ class KvSampler:
                 self._stop.wait(self.interval_s)
 
     def __enter__(self) -> KvSampler:
-        self._thread.start()
+        if self.interval_s is not None:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def result(self) -> dict[str, float | None]:
         waiting = {"kv_waiting_peak": max(self.waiting) if self.waiting else None}
@@ -296,20 +315,29 @@ def measure_interleaved(
     request_rate: float | None = None,
     warmup: bool = True,
     on_block: Callable[[int, int], None] | None = None,
+    settle_s: float = ENGINE_SETTLE_S,
+    kv_sample_s: float | None = None,
 ) -> tuple[InterleavedLoad, list[range]]:
     """Send ``requests`` to both endpoints in balanced alternating blocks; returns the blocks and
     the request indexes of each chunk. Each engine first serves a few requests untimed (warm-up,
     unless ``warmup`` is False), then its prefix cache is emptied once, so its first block starts
     cold and later blocks reuse only what the load itself shares. Closed loop at ``concurrency``,
     or open loop with Poisson arrivals at ``request_rate`` (then latency counts from each request's
-    scheduled arrival). ``on_block(done, total)`` reports progress."""
+    scheduled arrival). ``on_block(done, total)`` reports progress. A block sent right after the
+    other engine's waits until that engine is idle again (``settle_s``, :data:`ENGINE_SETTLE_S`).
+    ``kv_sample_s`` reads the KV-cache gauge that often while a block runs (:class:`KvSampler`);
+    None reads it only before and after each block."""
     indexes = split_chunks(len(requests), chunks)
     order = block_order(len(indexes))
     cleared: dict[str, bool] = {}
+    # Per side: when its engine stops spinning after its last request. Whatever ran before this
+    # call (a quality phase, another load point) may have just ended on either engine.
+    busy_until = {side: time.monotonic() + settle_s for side in endpoints}
     for side, endpoint in endpoints.items():
         if warmup:
             warm = [endpoint.prepare(r) for r in requests[:WARMUP_REQUESTS]]
             run_load_sync(endpoint.base_url, endpoint.model, warm, concurrency=concurrency or 1, seed=seed)
+            busy_until[side] = time.monotonic() + settle_s
         # Nothing the quality phase or the warm-up sent stays cached; from here on the cache holds
         # only what the load itself shares (documents, schemas), as it would under real traffic.
         cleared[side] = reset_prefix_cache(endpoint.base_url)
@@ -317,8 +345,9 @@ def measure_interleaved(
     spans: dict[str, list[MetricsSnapshot | None]] = {}
     for position, (chunk, side) in enumerate(order):
         endpoint = endpoints[side]
+        _settle(busy_until, side)
         before = _scrape(endpoint.base_url)
-        with KvSampler(endpoint.base_url) as sampler:
+        with KvSampler(endpoint.base_url, kv_sample_s) as sampler, collector_paused():
             result = run_load_sync(
                 endpoint.base_url,
                 endpoint.model,
@@ -327,6 +356,7 @@ def measure_interleaved(
                 request_rate=request_rate,
                 seed=seed + chunk,
             )
+        busy_until[side] = time.monotonic() + settle_s
         after = _scrape(endpoint.base_url)
         spans.setdefault(side, [before, None])[1] = after
         engine: dict[str, float | None] = {}
@@ -351,6 +381,35 @@ def measure_interleaved(
             on_block(position + 1, len(order))
     complete = {side: (first, last) for side, (first, last) in spans.items() if first is not None and last is not None}
     return InterleavedLoad(blocks, complete), indexes
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No garbage collection in this process while a block's requests are timed.
+
+    The load generator runs in the worker's own process, whose heap holds the run's evidence: a
+    full collection there paused the event loop that reads the streams, and the first requests of
+    a block came out 80-210 ms late together (two-core demo, on both engines, after their own
+    previous block as often as after the other's). Objects that exist when the pause begins are
+    frozen out of later collections; after the block they are unfrozen and collection resumes.
+    """
+    was_enabled = gc.isenabled()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
+
+
+def _settle(busy_until: Mapping[str, float], side: str) -> None:
+    """Wait until every other side's engine has stopped spinning after its last request."""
+    others = [until for other, until in busy_until.items() if other != side]
+    wait = max(others, default=0.0) - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
 
 
 def _scrape(base_url: str) -> MetricsSnapshot | None:

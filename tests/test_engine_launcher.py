@@ -27,6 +27,7 @@ from evaluators.engine import (
     EngineHandle,
     EngineStartError,
     attach_engine,
+    default_cpu_threads_bind,
     engine_env,
     find_error_line,
     launch_engine,
@@ -203,9 +204,16 @@ def test_the_engine_gets_the_machine_environment_without_optgate_secrets(
     assert seen["FAKE_ENGINE_MODE"] == "serve"  # the caller's own additions still arrive
 
 
-def test_cpu_engines_run_unbound_unless_the_machine_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_engines_leave_the_first_cpu_free_unless_the_machine_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
-    assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 7})
+    assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "5,7"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"  # nothing to leave free
     assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env("gpu")
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
     assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
@@ -375,8 +383,8 @@ def test_real_engine_dying_at_start_is_reported_and_cleaned_up(tiny_model_root: 
 def test_real_engine_streams_through_loadgen_and_exposes_evidence(tiny_engine: EngineHandle) -> None:
     assert httpx.get(tiny_engine.base_url + "/health").status_code == 200
     attach_engine(tiny_engine.base_url, "tiny")
-    # vLLM took the launcher's thread binding (see DEFAULT_CPU_THREADS_BIND).
-    assert "VLLM_CPU_OMP_THREADS_BIND='nobind'" in tiny_engine.log_path.read_text()
+    # vLLM took the launcher's thread binding (see default_cpu_threads_bind).
+    assert f"VLLM_CPU_OMP_THREADS_BIND={default_cpu_threads_bind()!r}" in tiny_engine.log_path.read_text()
     before = scrape_metrics(tiny_engine.base_url)
     # Shared prefix far above the 128-token CPU cache block, so later requests must hit the cache.
     requests = build_workload("long_shared_prefix", samples=_CORPUS, n=6, seed=0, prefix_words=300, max_tokens=16)

@@ -13,6 +13,7 @@ The real-engine pair is in ``tests/test_measurement_engine.py``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import statistics
 import threading
@@ -30,12 +31,14 @@ from evaluators.interleave import (
     BASELINE,
     CANDIDATE,
     Endpoint,
+    KvSampler,
     block_order,
+    collector_paused,
     combine_engine,
     measure_interleaved,
     split_chunks,
 )
-from evaluators.loadgen import LoadRequest, run_load_sync
+from evaluators.loadgen import LoadRequest, LoadResult, RequestRecord, run_load_sync
 from evaluators.models import EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
 from gates.models import ReleaseTicket, TicketStatus
 from gates.services import evaluation
@@ -177,7 +180,9 @@ def test_interleaving_keeps_two_identical_engines_level_where_sequential_runs_dr
         r.ttft_s for r in sequential_a.records if r.ttft_s
     )
 
-    load, indexes = measure_interleaved({BASELINE: a, CANDIDATE: b}, requests, chunks=4, concurrency=1, seed=0)
+    load, indexes = measure_interleaved(
+        {BASELINE: a, CANDIDATE: b}, requests, chunks=4, concurrency=1, seed=0, settle_s=0
+    )
     inter_ratio = _median_ttft_ms(load.records(CANDIDATE, indexes)) / _median_ttft_ms(load.records(BASELINE, indexes))
 
     # The same server code on both sides: one after the other the second looks much slower.
@@ -190,6 +195,85 @@ def test_interleaving_keeps_two_identical_engines_level_where_sequential_runs_dr
     assert summary["drift"]["ttft_median_spread"] > 0.2  # the machine really drifted across blocks
     assert not any(block["cache_reset"] for block in summary["blocks"])  # no such route on these servers
     assert [r["index"] for r in load.records(CANDIDATE, indexes)] == list(range(48))
+
+
+class FakeClock:
+    """``time.monotonic`` and ``time.sleep`` of the interleaver, advanced by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize("settle_s", [0.0, 1.25])
+def test_a_block_after_the_other_engine_waits_until_that_engine_is_idle(
+    monkeypatch: pytest.MonkeyPatch, settle_s: float
+) -> None:
+    """vLLM's worker busy-polls for a second after its last request: a block sent right after the
+    other engine's waits ``settle_s`` from that engine's last answer; the same engine's next block
+    does not wait."""
+    clock = FakeClock()
+    started: list[tuple[str, float]] = []
+
+    def load(base_url: str, model: str, requests: Any, **kwargs: Any) -> Any:
+        started.append((base_url, clock.now))
+        clock.now += 0.5  # the block's requests
+        return run_result(len(requests))
+
+    monkeypatch.setattr("evaluators.interleave.time", clock)
+    monkeypatch.setattr("evaluators.interleave.run_load_sync", load)
+    monkeypatch.setattr("evaluators.interleave.reset_prefix_cache", lambda base_url: False)
+    monkeypatch.setattr("evaluators.interleave._scrape", lambda base_url: None)
+    a, b = Endpoint("http://a", "m"), Endpoint("http://b", "m")
+    requests = [LoadRequest(messages=[{"role": "user", "content": f"q{i}"}], max_tokens=2) for i in range(8)]
+    measure_interleaved(
+        {BASELINE: a, CANDIDATE: b}, requests, chunks=4, concurrency=1, seed=0, warmup=False, settle_s=settle_s
+    )
+
+    assert "".join("A" if url == "http://a" else "B" for url, _ in started) == "ABBABAAB"
+    finished: dict[str, float] = {}
+    for (url, at), previous in zip(started, [None, *started[:-1]], strict=True):
+        other = [end for side, end in finished.items() if side != url]
+        if previous is not None and previous[0] != url:
+            assert at - max(other) == pytest.approx(settle_s)  # waited for the other engine to go idle
+        elif previous is not None:
+            assert at == pytest.approx(finished[url])  # the same engine goes on at once
+        finished[url] = at + 0.5
+
+
+def run_result(count: int) -> LoadResult:
+    return LoadResult(records=[RequestRecord(index=i, ttft_s=0.01, e2e_s=0.02) for i in range(count)], duration_s=0.5)
+
+
+def test_no_garbage_is_collected_while_a_block_is_timed() -> None:
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled() and gc.get_freeze_count() > 0  # the heap as it was, out of reach
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()  # a caller that had switched collection off keeps it off
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_kv_gauge_is_sampled_during_a_block_only_when_asked() -> None:
+    with KvSampler("http://127.0.0.1:9", None) as quiet:
+        assert not quiet._thread.is_alive()  # no /metrics reads while the block's requests stream
+    assert quiet.result() == {
+        "kv_cache_usage_peak": None,
+        "kv_cache_usage_time_weighted_mean": None,
+        "kv_waiting_peak": None,
+    }
+    with KvSampler("http://127.0.0.1:9", 0.01) as sampling:
+        assert sampling._thread.is_alive()
 
 
 # --- orchestration ------------------------------------------------------------------------------

@@ -136,6 +136,20 @@ def test_load_requests_come_from_the_tenants_in_turn() -> None:
     assert [r.tenant for r in requests] == list(pipeline.LOAD_TENANTS) * 2
 
 
+def test_a_load_larger_than_the_suite_goes_on_with_held_out_prompts_of_the_same_shape() -> None:
+    suite = get_suite("knowledge_qa")
+    ids, requests = pipeline.load_requests(suite, count=pipeline.DEFAULT_LOAD_PROFILE["requests_per_task"], seed=0)
+    shipped = {sample["id"] for sample in suite.load_samples()}
+    held_out = {sample["id"] for sample in suite.held_out_samples(0, 100)}
+    assert len(ids) == len(set(ids)) == 200 and set(ids) == shipped | held_out
+    assert len({r.messages[0]["content"] for r in requests if r.messages}) == 200  # every prompt once
+    # Held-out editions share their own documents, as the shipped ones do: still a shared-prefix load.
+    documents = {r.messages[0]["content"].split("\nQuestion: ")[0] for r in requests if r.messages}
+    assert len(documents) == 10
+    # A dozen or so requests per interleaved block, never fewer than eight blocks a side.
+    assert (pipeline.blocks_for(200), pipeline.blocks_for(100), pipeline.blocks_for(40)) == (16, 8, 8)
+
+
 def _backend(recipe: dict[str, Any]) -> Backend:
     return Backend(
         name="b",
