@@ -187,6 +187,10 @@ def test_it_edits_a_draft_and_409s_after_submission(api_for: ApiFor, erin: Any, 
     client = api_for(erin)
     response = client.patch(f"/api/v1/tickets/{ticket_id}/", {"observation_window_hours": 96}, format="json")
     assert response.status_code == 200 and response.data["observation_window_hours"] == 96
+    response = client.patch(f"/api/v1/tickets/{ticket_id}/", {"observation_window_hours": 0.005}, format="json")
+    assert response.status_code == 400 and "observation_window_hours" in response.data
+    response = client.patch(f"/api/v1/tickets/{ticket_id}/", {"observation_window_hours": 0.25}, format="json")
+    assert response.status_code == 200 and response.data["observation_window_hours"] == 0.25
 
     assert client.post(f"/api/v1/tickets/{ticket_id}/submit/").status_code == 200
     response = client.patch(f"/api/v1/tickets/{ticket_id}/", {"title": "late edit"}, format="json")

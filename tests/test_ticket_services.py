@@ -43,6 +43,9 @@ def test_it_files_a_draft_with_a_complete_ledger_snapshot(erin: Any, baseline: B
         ({"rollback_plan": {"sacrifices": "x", "warmup": "y", "inflight_streams": "z"}}, "rollback_plan.route_update"),
         ({"rollback_plan": "just revert"}, "rollback_plan"),
         ({"observation_window_hours": 0}, "observation_window_hours"),
+        ({"observation_window_hours": 0.001}, "observation_window_hours"),
+        ({"observation_window_hours": float("nan")}, "observation_window_hours"),
+        ({"observation_window_hours": True}, "observation_window_hours"),
         ({"canary_scope": {"tenants": "all"}}, "canary_scope.tenants"),
         ({"canary_scope": {"tenants": [], "regions": ["eu"]}}, "canary_scope"),
     ],
@@ -55,6 +58,12 @@ def test_it_names_the_field_of_a_bad_ticket(
     assert field in caught.value.errors, caught.value.errors
     assert not ReleaseTicket.objects.exists()
     assert not LedgerEntry.objects.filter(subject_type="ticket").exists()
+
+
+def test_a_canary_window_may_be_minutes_long(erin: Any, baseline: Backend, candidate: Backend) -> None:
+    ticket = services.ticket_create(owner=erin, **ticket_fields(baseline, candidate, observation_window_hours=0.05))
+    ticket.refresh_from_db()
+    assert ticket.observation_window_hours == 0.05  # three minutes: a demo's or a staging fleet's canary
 
 
 def test_it_refuses_a_candidate_equal_to_the_baseline(erin: Any, baseline: Backend) -> None:

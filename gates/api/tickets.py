@@ -20,6 +20,7 @@ from core.errors import InvalidInput
 from evaluators.models import EvaluationRun
 from gates.api.decisions import SignOffInputSerializer, ticket_decision, ticket_sign_off
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TaskType, TicketStatus
+from gates.models.tickets import MAX_WINDOW_HOURS, MIN_WINDOW_HOURS
 from gates.policy.rules import REFUSE_UNSETTLEABLE_CHOICES
 from gates.selectors.evidence import PROVENANCE_ROW_FIELDS, ticket_provenance
 from gates.selectors.plan import stored_ticket_plan
@@ -86,7 +87,9 @@ class TicketInputSerializer(StrictInputSerializer):
     guardrail_metrics = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), allow_empty=False)
     rollback_target = BackendRefField()
     rollback_plan = serializers.DictField(child=serializers.CharField())
-    observation_window_hours = serializers.IntegerField(min_value=1, max_value=24 * 366, required=False)
+    observation_window_hours = serializers.FloatField(
+        min_value=MIN_WINDOW_HOURS, max_value=MAX_WINDOW_HOURS, required=False
+    )
     canary_scope = serializers.DictField(required=False)
 
 

@@ -15,6 +15,7 @@ from gates.models import (
     ReleaseTicket,
     TaskType,
 )
+from gates.models.tickets import MAX_WINDOW_HOURS, MIN_WINDOW_HOURS
 from gates.vocabulary import PERFORMANCE_METRICS, QUALITY_METRICS, ROLLBACK_PLAN_FIELDS
 
 
@@ -82,8 +83,12 @@ class TicketForm(forms.Form):
     rollback_warmup = forms.CharField(label="Warm-up the rollback target needs", required=False)
     rollback_inflight_streams = forms.CharField(label="What happens to streams in flight", required=False)
     rollback_route_update = forms.CharField(label="How the gateway route changes", required=False)
-    observation_window_hours = forms.IntegerField(
-        min_value=1, max_value=24 * 366, initial=168, required=False, label="Observation window (hours)"
+    observation_window_hours = forms.FloatField(
+        min_value=MIN_WINDOW_HOURS,
+        max_value=MAX_WINDOW_HOURS,
+        initial=168,
+        required=False,
+        label="Observation window (hours)",
     )
     canary_tenants = forms.CharField(
         required=False, label="Canary tenants", help_text="Tenant ids, separated by commas."

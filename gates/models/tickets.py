@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -51,6 +52,11 @@ class Bottleneck(models.TextChoices):
     DECODE = "decode"
     KV_MEMORY = "kv_memory"
     STRUCTURED_OUTPUT = "structured_output"
+
+
+# A canary's observation window, in hours: from 36 seconds (a demo's) to a year.
+MIN_WINDOW_HOURS = 0.01
+MAX_WINDOW_HOURS = 24 * 366
 
 
 class TicketStatus(models.TextChoices):
@@ -111,7 +117,11 @@ class ReleaseTicket(models.Model):
     guardrail_metrics = models.JSONField(default=list)
     rollback_target = models.ForeignKey("backends.Backend", on_delete=models.PROTECT, related_name="rollback_tickets")
     rollback_plan = models.JSONField(default=dict)
-    observation_window_hours = models.PositiveIntegerField(default=168)
+    # Hours, fractions allowed (0.05 = 3 minutes: a demo's or a staging fleet's canary); time alone
+    # never promotes, the policy's traffic and peak conditions still apply.
+    observation_window_hours = models.FloatField(
+        default=168, validators=[MinValueValidator(MIN_WINDOW_HOURS), MaxValueValidator(MAX_WINDOW_HOURS)]
+    )
     canary_scope = models.JSONField(default=dict)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tickets")
     status = models.CharField(max_length=20, choices=TicketStatus.choices, default=TicketStatus.DRAFT, db_index=True)

@@ -5,6 +5,7 @@ Each public function owns its transaction and writes its ledger entry inside it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -14,6 +15,7 @@ from backends.models import Backend
 from core.errors import DomainError, InvalidInput, NotAllowed
 from core.roles import ADMIN, ENGINEER, REVIEWER, Actor, has_role
 from gates.models import TRANSITIONS, Bottleneck, Mechanism, ReleaseTicket, TicketStatus
+from gates.models.tickets import MAX_WINDOW_HOURS, MIN_WINDOW_HOURS
 from gates.selectors.plan import TicketPlan, ticket_plan, ticket_tasks_with_roles
 from gates.services.policy import gate_policy
 from gates.vocabulary import METRICS, ROLLBACK_PLAN_FIELDS
@@ -149,9 +151,12 @@ def _validate_ticket(fields: dict[str, Any]) -> None:
 
     window = fields.get("observation_window_hours")
     _require(
-        isinstance(window, int) and not isinstance(window, bool) and 1 <= window <= 24 * 366,
+        isinstance(window, int | float)
+        and not isinstance(window, bool)
+        and math.isfinite(window)
+        and MIN_WINDOW_HOURS <= window <= MAX_WINDOW_HOURS,
         "observation_window_hours",
-        "must be a whole number of hours between 1 and 8784",
+        f"must be a number of hours between {MIN_WINDOW_HOURS:g} and {MAX_WINDOW_HOURS:g}",
         errors,
     )
 
