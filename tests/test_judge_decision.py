@@ -122,6 +122,17 @@ def test_a_beneficiary_without_the_promised_benefit_rejects() -> None:
     assert any("does not show the promised benefit" in r for r in decision.reasons)
 
 
+def test_a_rejection_also_names_a_risk_task_that_fails_on_its_own() -> None:
+    decision = gate(
+        [regressed("code_assistant", 9, points=10, speed=0.7), regressed("knowledge_qa", 4, points=10, speed=0.7)],
+        ["code_assistant"],
+        ["knowledge_qa"],
+    )
+    assert decision.outcome == "reject"
+    also = [r for r in decision.reasons if r.startswith("Risk task knowledge_qa also fails: ")]
+    assert len(also) == 1 and "−10.0 points" in also[0], decision.reasons
+
+
 def test_tiny_samples_need_more_evidence_with_a_count() -> None:
     decision = gate(
         [same_quality("cs_summary", 11, speed=0.7), same_quality("knowledge_qa", 12, n=8)],

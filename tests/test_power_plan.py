@@ -207,7 +207,7 @@ def test_filing_and_submission_ledger_the_plan_they_passed(erin: User, baseline:
     filed = LedgerEntry.objects.get(kind="ticket.filed").payload["power_plan"]
     submitted = LedgerEntry.objects.get(kind="ticket.submitted").payload["details"]["power_plan"]
     for plan in (filed, submitted):
-        assert plan["policy"] == "default@5" and not plan["refused"]
+        assert plan["policy"] == "default@6" and not plan["refused"]
         assert [(t["task"], t["max_n"], t["suite_size"]) for t in plan["tasks"]] == [
             ("cs_summary", 283, 1100),
             (SQL, 1402, 1100),
@@ -258,7 +258,7 @@ def test_the_demos_three_tickets_are_not_refused_under_the_default_policy(
 
 def test_the_default_policy_states_its_plan_rule() -> None:
     policy = load_policy("default")
-    assert policy.version_label == "default@5"
+    assert policy.version_label == "default@6"
     assert (policy.power_plan.discordance_default, policy.power_plan.refuse_unsettleable) == (0.05, "measured")
 
 

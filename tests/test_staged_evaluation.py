@@ -97,7 +97,10 @@ def _last_stage(ticket: ReleaseTicket) -> EvaluationStage:
 
 @pytest.fixture(autouse=True)
 def staged_policy(tmp_path: Path, settings: Any) -> None:
-    staged_policy_file(tmp_path, settings)
+    """The mechanics are walked under O'Brien–Fleming spending, whose published boundaries (4.88,
+    3.36, 2.68, 2.29, 2.03 at five looks) the comments quote; the default policy's Pocock-type
+    design has its own tests below."""
+    staged_policy_file(tmp_path, settings, "alpha_spending: pocock", "alpha_spending: obrien_fleming")
 
 
 def test_a_neutral_change_continues_after_stage_one_and_approves_once_the_pooled_pairs_cross_the_boundary(
@@ -351,6 +354,46 @@ def test_evaluate_again_measures_afresh_when_a_latency_check_is_open_too(
     assert not EvaluationStage.objects.filter(ticket=ticket).exists()
 
 
+def test_evaluate_again_adds_a_stage_beside_a_claimed_bottleneck_the_workload_never_met(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    """A kv_memory claim on a load that never filled the cache stays inconclusive, but the same
+    load measured afresh would not fill it either: the open pass rates still get their stage."""
+    settings.OPTGATE_INTERLEAVED = True
+    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    roomy = {"preemptions": 0.0, "kv_cache_usage_peak": 0.3, "kv_waiting_peak": 0.0}
+    base = {SUMMARY: task_spec(GOOD, seed=1, engine=roomy), SQL: task_spec(GOOD, seed=2)}
+    cand = {SUMMARY: task_spec(GOOD, speed=0.7, seed=1, engine=roomy), SQL: task_spec(GOOD, speed=0.7, seed=2)}
+    ticket = evaluating_ticket(
+        erin,
+        baseline,
+        candidate,
+        store_run(baseline, base),
+        store_run(candidate, cand),
+        beneficiary_tasks=tasks(SUMMARY),
+        risk_tasks=tasks(SQL),
+        bottleneck="kv_memory",
+    )
+    first = (ticket.baseline_run_id, ticket.candidate_run_id)
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    kv = next(m for m in decision.verdicts[SUMMARY]["metrics"] if m["metric"] == "bottleneck:kv_memory")
+    assert kv["status"] == "inconclusive" and "not exercised" in kv["reason"]
+
+    evaluation.evaluation_request(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = evaluation.ticket_evaluate(ticket_id=ticket.pk)
+    assert again is not None and (again.baseline_run_id, again.candidate_run_id) == first
+    assert _last_stage(ticket).number == 2
+
+
 def test_a_policy_with_the_sequential_section_off_judges_the_first_pair_once(
     erin: User,
     baseline: Backend,
@@ -360,7 +403,7 @@ def test_a_policy_with_the_sequential_section_off_judges_the_first_pair_once(
     settings: Any,
     tmp_path: Path,
 ) -> None:
-    settings.OPTGATE_GATE_POLICY = "default"  # the section is there, switched off
+    staged_policy_file(tmp_path, settings, "sequential:\n  enabled: true", "sequential:\n  enabled: false")
     ticket = _ticket(erin, baseline, candidate)
     assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"  # SQL's fixed interval is too wide
     assert not EvaluationStage.objects.filter(ticket=ticket).exists()
@@ -392,8 +435,14 @@ def test_the_ticket_page_and_the_api_show_the_stages(
 # --- the looks themselves, and the policy section ---------------------------------------------------
 
 
-def test_looks_pool_stages_by_sample_id_and_replan_a_short_stage_on_its_observed_information() -> None:
+def obrien_fleming_default() -> Any:
+    """The default policy with its staged design on O'Brien–Fleming spending (the numbers below)."""
     policy = load_policy("default")
+    return replace(policy, sequential=replace(policy.sequential, alpha_spending="obrien_fleming"))
+
+
+def test_looks_pool_stages_by_sample_id_and_replan_a_short_stage_on_its_observed_information() -> None:
+    policy = obrien_fleming_default()
     guardrail = staged_guardrails(policy.tasks[SQL])[0]
     same = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": True for i in range(100)}) for k in range(4)]
     looks = task_looks(policy.sequential, guardrail, same, 100)
@@ -414,7 +463,7 @@ def test_observed_information_settles_a_seed_only_change_no_later_than_counting_
     """No discordant pair: the score's information grows 2–3 times as fast per pair as at the
     planned 5 % discordance, so the looks come further along and their boundaries are lower: a
     5-point margin settles a stage earlier, the 2- and 3-point ones at the same stage."""
-    policy = load_policy("default")
+    policy = obrien_fleming_default()
     observed = replace(policy.sequential, information="observed")
     same = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": True for i in range(100)}) for k in range(5)]
     for task, pairs_stage, observed_stage in (("cs_summary", 3, 2), ("tool_calling", 3, 3), (SQL, 4, 4)):
@@ -434,7 +483,7 @@ def test_with_observed_information_a_change_losing_many_answers_is_rejected_a_st
     """The price: 30 lost of 100 is discordance, which carries little information at −margin, so
     stage one sits at the first grid level (boundary −9.96) where counting pairs puts it at 0.2
     (−4.88): the score −5.24 rejects there, but only at stage two (−7.41 ≤ −6.99) here."""
-    policy = load_policy("default")
+    policy = obrien_fleming_default()
     guardrail = staged_guardrails(policy.tasks[SQL])[0]
     losing = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": i >= 30 for i in range(100)}) for k in range(2)]
     assert task_looks(policy.sequential, guardrail, losing[:1], 100).last.outcome == "reject"
@@ -463,3 +512,55 @@ def test_a_bad_sequential_section_is_refused_naming_the_field(section: str, path
     end = text.index("\n\n", start)
     with pytest.raises(PolicyError, match=path.replace(".", r"\.")):
         validate_policy_text(text[:start] + f"sequential:\n  {section}" + text[end:])
+
+
+# --- the default policy's design: Pocock-type spending ---------------------------------------------
+
+
+@pytest.fixture
+def default_design(tmp_path: Path, settings: Any) -> None:
+    settings.OPTGATE_GATE_POLICY = "default"
+
+
+def test_under_the_default_design_a_seed_only_change_settles_its_5_point_margin_at_look_2(
+    default_design: None,
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    ticket = _ticket(erin, baseline, candidate)
+    # Look 1 at n = 100: the summary's 2.29 and SQL's 1.43 are short of Pocock's 2.41.
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    _answer(_last_stage(ticket))
+    # Look 2 at n = 200: the summary's 3.24 settles; SQL's 2.02 does not, so only SQL goes on.
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    assert (_last_stage(ticket).number, _last_stage(ticket).tasks) == (3, [SQL])
+    _answer(_last_stage(ticket))
+    # Look 3 at n = 300: SQL's 2.47 crosses 2.44 — a look sooner than O'Brien–Fleming (look 4).
+    assert _check(ticket, django_capture_on_commit_callbacks) == "approve"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    looks = decision.stages["tasks"][SQL]["guardrails"]["pass_rate"]["looks"]
+    assert [look["outcome"] for look in looks] == ["continue", "continue", "approve"]
+    # Pocock-type spending: nearly the same boundary at every look (2.41, 2.43, 2.44 here).
+    assert all(2.40 < look["efficacy_bound"] < 2.45 for look in looks), looks
+
+
+def test_under_the_default_design_ten_lost_sql_answers_in_a_hundred_are_rejected_at_look_1(
+    default_design: None,
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # O'Brien–Fleming's first boundary (4.88) lets this harm (score −2.80) run a stage more.
+    ticket = _ticket(erin, baseline, candidate, sql_candidate=drop_passes(GOOD, 10))
+    assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert sql["status"] == "fail" and sql["details"]["look"] == 1 and sql["details"]["look_outcome"] == "reject"

@@ -95,6 +95,17 @@ def _reject_reasons(verdict: TaskVerdict, beneficiary: bool) -> list[str]:
     return reasons
 
 
+def _risk_failures(verdicts: Mapping[str, TaskVerdict], tasks: Sequence[str]) -> list[tuple[str, MetricVerdict]]:
+    """Each failing risk task's deciding failures that are not vetoes (a veto is a blocking finding
+    of its own, ``_reject_reasons``; a restriction has none)."""
+    return [
+        (task, m)
+        for task in tasks
+        for m in verdicts[task].metrics
+        if m.deciding and m.status == "fail" and not m.critical
+    ]
+
+
 def settled_rejection(decision: Decision, still_open: Mapping[str, Collection[str]]) -> list[str]:
     """The reasons ``decision`` rejects the candidate that rest on none of the metrics in
     ``still_open`` (per task, the staged guardrails whose look asks for another stage): a rejection
@@ -167,7 +178,9 @@ def decide(
     elif reject:
         outcome, allowed = "reject", ()
         summary = f"Reject under {policy.version_label}: {len(reject)} blocking finding(s)."
-        reasons = [summary, *reject, *evidence]
+        # A risk task's own failure blocks nothing more here, but the reviewer reads it all the same.
+        also = [f"Risk task {task} also fails: {m.reason}" for task, m in _risk_failures(verdicts, failing_risks)]
+        reasons = [summary, *reject, *also, *evidence]
     elif evidence:
         outcome, allowed = "needs_evidence", ()
         more = f"; about {max(samples.values())} more samples per task would likely settle it" if samples else ""
@@ -180,10 +193,7 @@ def decide(
             f"{', '.join(failing_risks)} stay on the baseline."
         )
         reasons = [summary] + [
-            f"Risk task {task} fails: {m.reason}"
-            for task in failing_risks
-            for m in verdicts[task].metrics
-            if m.deciding and m.status == "fail"
+            f"Risk task {task} fails: {m.reason}" for task, m in _risk_failures(verdicts, failing_risks)
         ]
     else:
         outcome, allowed = "approve", tasks

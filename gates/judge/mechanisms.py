@@ -149,6 +149,9 @@ STRESS_PROFILES = {
     "kv_memory": "long contexts at high concurrency, so the KV cache fills and requests are preempted",
     "queueing": "open-loop (Poisson) arrivals near the baseline's capacity, so requests wait in the queue",
 }
+# The test named by a bottleneck verdict whose workload never met the bottleneck: measuring the same
+# workload afresh cannot settle it either (gates.services.evaluation stages around it).
+NOT_EXERCISED = "none (the bottleneck was not exercised)"
 # Below these, neither side met the bottleneck: no preemption and KV-cache use under 90 % at its
 # peak, or under 5 ms of mean queue time in the engine.
 KV_PRESSURE = 0.9
@@ -235,7 +238,7 @@ def bottleneck_verdict(
             metric=f"bottleneck:{bottleneck}",
             kind="mechanism",
             status="inconclusive",
-            test="none (the bottleneck was not exercised)",
+            test=NOT_EXERCISED,
             reason=(
                 f"The targeted {bottleneck} bottleneck was not exercised by this workload ({why}), so "
                 f"whether the change relieves it cannot be seen here; {where}."

@@ -61,6 +61,8 @@ def judge_ratio(
         good, good_interval = result.effect - 1, (result.interval[0] - 1, result.interval[1] - 1)
     else:
         good, good_interval = 1 - result.effect, (1 - result.interval[1], 1 - result.interval[0])
+    stated = rule
+    rule = with_slack(rule, result.baseline, unit)
     significant = good_interval[1] < 0
     status = classify(rule, good, good_interval, significant)
     change = result.effect - 1
@@ -73,8 +75,23 @@ def judge_ratio(
         f"({signed(change * 100)}%, {rel_ci(rel_interval, rule.confidence)}) over {counts}, "
         f"{tail(rule, status, 'percent')}"
     )
-    details = {"n_base": result.n_base, "n_cand": result.n_cand, "effect_is": "ratio cand/base"}
+    details: dict[str, object] = {"n_base": result.n_base, "n_cand": result.n_cand, "effect_is": "ratio cand/base"}
+    if rule.margin != stated.margin:
+        sentence += (
+            f" (the {rule.slack_ms:g} ms slack on a {amount(result.baseline, unit)} baseline; "
+            f"the policy's margin is {stated.margin * 100:g}%)"
+        )
+        details.update(slack_ms=rule.slack_ms, stated_margin=stated.margin, margin=rule.margin)
     return finish_bootstrap(rule, task, result, status, sentence, good_effect=good, details=details)
+
+
+def with_slack(rule: Rule, baseline: float, unit: str) -> Rule:
+    """A latency guardrail's margin widened to its absolute slack where that is the larger: on a
+    30 ms baseline a 50 ms slack allows +167 %, on a 300 ms one the 50 % margin stands."""
+    if rule.check != "noninferiority" or not rule.slack_ms or unit != "ms" or baseline <= 0:
+        return rule
+    allowed = rule.slack_ms / baseline
+    return replace(rule, margin=allowed) if allowed > rule.margin else rule
 
 
 def judge_blocks(

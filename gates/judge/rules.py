@@ -34,6 +34,7 @@ class Rule:
     min_n: int = 1
     source: str = "policy"
     note: str = ""  # why the rule applies, e.g. "critical under weight_quantization"
+    slack_ms: float = 0.0  # latency guardrails: a slowdown of up to this many ms is within the margin
 
     @property
     def check(self) -> str:

@@ -31,6 +31,7 @@ from gates.judge.sequential import (
     information_levels,
     null_information,
 )
+from gates.judge.wording import signed
 from gates.policy.metrics import METRIC_SPECS
 from gates.policy.rules import MetricRule, SequentialRule, TaskPolicy
 
@@ -211,11 +212,12 @@ def staged_verdict(fixed: MetricVerdict, staged: StagedLooks, *, budget_spent: b
     look, design = staged.last, staged.design
     status = _STATUS.get(look.outcome, "inconclusive")
     pooled = f"{look.n} paired samples over {look.look} stage{'s' if look.look > 1 else ''}"
-    rates = f"({look.losses} lost, {look.gains} gained; effect {look.effect * 100:+.1f} points"
+    rates = f"({look.losses} lost, {look.gains} gained; {signed(look.effect * 100)} points"
     interval = (
-        f"repeated {1 - 2 * look.alpha_spent:.1%} CI {look.interval[0] * 100:+.1f} to {look.interval[1] * 100:+.1f})"
+        f"repeated {1 - 2 * look.alpha_spent:.1%} CI {signed(look.interval[0] * 100)} to "
+        f"{signed(look.interval[1] * 100)})"
     )
-    score = f"score {look.statistic:.2f} against ±{look.efficacy_bound:.2f} at look {look.look} of {look.looks}"
+    score = f"score {signed(look.statistic, 2)} against ±{look.efficacy_bound:.2f} at look {look.look} of {look.looks}"
     head = f"{staged.label} on {pooled} {rates}, {interval}: {score}"
     if look.outcome == "approve":
         reason = f"{head}; non-inferior within the {look.margin * 100:g}-point margin."

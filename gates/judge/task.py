@@ -52,6 +52,7 @@ def _to_rule(rule: MetricRule, kind: Kind, critical: bool, note: str, task_polic
         critical=critical,
         min_n=min_samples_for(task_policy, rule.metric),
         note=note,
+        slack_ms=rule.slack_ms or 0.0,
     )
 
 

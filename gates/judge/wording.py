@@ -39,7 +39,7 @@ def moved(delta: float) -> str:
 def size(fraction: float, unit_word: str) -> str:
     """0.05 → "5-point" (rates), "5%" (relative), "0.05" (scores)."""
     if unit_word == "point":
-        return f"{fraction * 100:g}-point"
+        return f"{fraction * 100:.3g}-point"
     if unit_word == "percent":
-        return f"{fraction * 100:g}%"
+        return f"{fraction * 100:.3g}%"  # a margin widened to a slack reads 174%, not 174.034%
     return f"{fraction:g}"

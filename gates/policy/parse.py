@@ -10,7 +10,9 @@ and, per mechanism, the extra rules the source chapter asks for. An invalid docu
 
 from __future__ import annotations
 
+import copy
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -130,7 +132,7 @@ def _join(path: str, key: str) -> str:
 
 
 _RULE_KEYS = {
-    "guardrail": {"metric", "label", "margin", "confidence", "critical"},
+    "guardrail": {"metric", "label", "margin", "confidence", "critical", "slack_ms"},
     "tradeable": {"metric", "label"},
     "objective": {"metric", "label", "min_improvement", "confidence"},
 }
@@ -163,7 +165,12 @@ def _metric_rules(v: _Validator, items: Any, path: str, kind: str) -> tuple[Metr
                 v.error(f"{item_path}.margin", "is required")
             margin = v.number(raw.get("margin"), f"{item_path}.margin", 0, 1, 0.0)
             critical = v.boolean(raw.get("critical"), f"{item_path}.critical", False)
-            rules.append(MetricRule(metric, kind, label, confidence, margin=margin, critical=critical))
+            slack = None
+            if "slack_ms" in raw:
+                if METRIC_SPECS[metric].family != "latency":
+                    v.error(f"{item_path}.slack_ms", f"applies to latency guardrails only, not {metric}")
+                slack = v.number(raw.get("slack_ms"), f"{item_path}.slack_ms", 0, 60_000, 0.0)
+            rules.append(MetricRule(metric, kind, label, confidence, margin=margin, critical=critical, slack_ms=slack))
         elif kind == "objective":
             gain = v.number(raw.get("min_improvement"), f"{item_path}.min_improvement", 0, 1, 0.0)
             rules.append(MetricRule(metric, kind, label, confidence, min_improvement=gain))
@@ -377,11 +384,60 @@ def _sequential(v: _Validator, raw: Any) -> SequentialRule:
     )
 
 
+# ``extends: default@6``: a policy that differs from another in a few sections names it and its
+# version; loading checks that version, so a change to the base (a new version) cannot change the
+# extending policy's content without its own version bump.
+EXTENDS = re.compile(r"(?P<name>[a-z][a-z0-9_-]*)@(?P<version>[1-9][0-9]*)")
+MAX_EXTENDS_DEPTH = 3
+
+
+def resolve_extends(document: Any, depth: int = 0) -> Any:
+    """``document`` with its ``extends`` base merged under it: every top-level section the document
+    gives replaces the base's, except mappings, which replace the base's keys one by one (a
+    ``canary:`` with only ``interval_minutes`` keeps the base's other canary settings; a task under
+    ``tasks:`` replaces that task's rules whole). Raises :class:`PolicyError` naming ``extends``."""
+    if not isinstance(document, dict) or "extends" not in document:
+        return document
+    reference = document["extends"]
+    match = EXTENDS.fullmatch(reference) if isinstance(reference, str) else None
+    if match is None:
+        raise PolicyError([("extends", "must name a policy and its version, like default@6")])
+    if depth >= MAX_EXTENDS_DEPTH:
+        raise PolicyError([("extends", f"policies extend each other more than {MAX_EXTENDS_DEPTH} deep")])
+    path = POLICY_DIR / f"{match['name']}.yaml"
+    try:
+        base = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise PolicyError([("extends", f"cannot read the base policy {reference}: {exc}")]) from None
+    base = resolve_extends(base, depth + 1)
+    version = base.get("version") if isinstance(base, dict) else None
+    if version != int(match["version"]):
+        raise PolicyError(
+            [
+                (
+                    "extends",
+                    f"{reference}, but {match['name']} is version {version}: an extending policy pins its "
+                    "base, so check what changed, then bump this policy's version and its extends",
+                )
+            ]
+        )
+    merged = copy.deepcopy(base)
+    for key, value in document.items():
+        if key == "extends":
+            continue
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
 def policy_from_dict(document: Any, source: str | None = None) -> Policy:
-    """Validate a parsed policy document; raise :class:`PolicyError` listing every problem."""
+    """Validate a parsed policy document (its ``extends`` base merged in first); raise
+    :class:`PolicyError` listing every problem."""
     v = _Validator()
     try:
-        return _policy(v, document, source)
+        return _policy(v, resolve_extends(document), source)
     except _TooManyErrors:
         raise PolicyError([*v.errors, ("", f"more problems not shown; fix these {len(v.errors)} first")]) from None
 

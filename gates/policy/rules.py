@@ -43,6 +43,9 @@ class MetricRule:
     margin: float | None = None  # guardrails: absolute for rates/scores, relative for perf
     min_improvement: float | None = None  # objectives: absolute for rates/scores, relative for perf
     critical: bool = False
+    # Latency guardrails: a slowdown up to this many milliseconds is within the margin too, however
+    # large relative to a fast baseline (the margin is the larger of the two).
+    slack_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from core.roles import ADMIN, Actor, has_role, person
 from evaluators import services as run_services
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
 from gates.judge.decision import settled_rejection
+from gates.judge.mechanisms import NOT_EXERCISED
 from gates.judge.staged import StagedTask, staged_guardrails
 from gates.models import DecisionOutcome, EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
 from gates.policy.rules import Policy
@@ -212,13 +213,17 @@ def _stage_again(ticket: ReleaseTicket) -> bool:
 def _only_staged_questions_open(ticket: ReleaseTicket, staged: dict[str, StagedTask]) -> bool:
     """The latest decision left open only staged pass-rate guardrails: more held-out samples can
     settle it. Anything else open (a latency check, a missing task) needs both backends measured
-    afresh, which a quality-only stage would not do."""
+    afresh, which a quality-only stage would not do, except a claimed bottleneck the workload never
+    met: the same workload measured afresh would not meet it either, so it stays open beside the
+    stage."""
     decision = GateDecision.objects.filter(ticket=ticket, dry_run=False).order_by("-id").first()
     if decision is None or decision.outcome != DecisionOutcome.NEEDS_EVIDENCE:
         return False
     for task, verdict in (decision.verdicts or {}).items():
         for metric in verdict.get("metrics") or []:
             if metric.get("kind") == "tradeable" or metric.get("status") not in ("inconclusive", "error"):
+                continue
+            if metric.get("status") == "inconclusive" and metric.get("test") == NOT_EXERCISED:
                 continue
             item = staged.get(task)
             if metric.get("status") == "error" or item is None or metric.get("metric") not in item.guardrails:
