@@ -4,8 +4,10 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test test-fast lint bootstrap kit
 
-## demo: set everything up on embedded defaults and run the main job (SQLite, no broker server, vLLM on CPU)
+## demo: set everything up on embedded defaults and run the main job (SQLite, no broker server, vLLM on CPU;
+## Debian's Prometheus for the canary's analysis rounds, installed when this runs as root)
 demo: bootstrap
+	scripts/install-prometheus.sh
 	$(PY) manage.py demo
 
 ## test: run the whole test suite (real engine, worker and browser tests included)

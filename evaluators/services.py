@@ -275,6 +275,13 @@ def _open_engine(
             engine_pid=handle.pid, engine_pgid=handle.pgid, engine_log=str(log_path)
         )
 
+    return backend_engine_launch(backend, log_path=log_path, on_spawn=record_process)
+
+
+def backend_engine_launch(
+    backend: Backend, *, log_path: Path, on_spawn: Callable[[EngineHandle], None] | None = None
+) -> EngineHandle:
+    """Start ``backend``'s engine as this deployment's settings say (model roots, start-up timeout, device)."""
     return launch_engine(
         model_path=backend.model_path,
         served_model_name=backend.name,
@@ -283,7 +290,7 @@ def _open_engine(
         model_roots=list(settings.OPTGATE_MODEL_ROOTS),
         startup_timeout_s=settings.OPTGATE_ENGINE_STARTUP_TIMEOUT_S,
         device=_device(),
-        on_spawn=record_process,
+        on_spawn=on_spawn,
     )
 
 

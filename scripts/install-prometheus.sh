@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's Prometheus server for the canary-analysis tests when it is missing.
+# Install Debian's Prometheus server for the canary-analysis tests and the demo's canary when it is missing.
 # Idempotent: does nothing when the `prometheus` binary is already on PATH. Needs root (CI runs as
 # root); without root it only says what is missing, and the tests that need it skip themselves.
 # Only the binary is used: the tests start their own server on a free loopback port with a
@@ -10,10 +10,10 @@ if command -v prometheus >/dev/null 2>&1; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-  echo "install-prometheus: prometheus is missing and this is not root; canary-analysis tests will be skipped" >&2
+  echo "install-prometheus: prometheus is missing and this is not root; canary-analysis tests and the demo's canary step will be skipped" >&2
   exit 0
 fi
-echo "==> installing prometheus (Debian package) for the canary-analysis tests"
+echo "==> installing prometheus (Debian package) for the canary's analysis rounds"
 export DEBIAN_FRONTEND=noninteractive
 # policy-rc.d answering 101 keeps the package's own service from starting (there may be no init).
 had_policy=0

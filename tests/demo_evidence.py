@@ -55,7 +55,7 @@ class DemoEvidence:
             return db.execute(sql, params).fetchall()
 
     def run(self, backend: str, task: str | None = None) -> dict[str, Any]:
-        """The backend's newest run (that measured ``task``, when given): id, status and load profile.
+        """The backend's newest first-stage run (that measured ``task``, when given): id, status and load profile.
 
         The baseline has several: the fleet run over every task, then one per ticket, measured
         interleaved with that ticket's candidate; by task, the pair's own run comes first.
@@ -68,7 +68,9 @@ class DemoEvidence:
                 if task
                 else ""
             )
-            + " ORDER BY r.id DESC",
+            # A held-out stage's runs measure quality only, on samples after the shipped ones.
+            + " AND r.id NOT IN (SELECT baseline_run_id FROM gates_evaluationstage"
+            " UNION SELECT candidate_run_id FROM gates_evaluationstage)" + " ORDER BY r.id DESC",
             *((backend, task) if task else (backend,)),
         )
         assert rows, f"the demo has no run of {backend}:\n{self.output[-3000:]}"
@@ -116,6 +118,11 @@ DEMO_DATABASE = "optgate.sqlite3"
 
 @pytest.fixture(scope="session")
 def demo_evidence(tmp_path_factory: pytest.TempPathFactory) -> DemoEvidence:
+    """This session's demo run; ``OPTGATE_DEMO_EVIDENCE_DIR`` names the folder an earlier session's
+    run left (``demo0`` under pytest's base temporary folder) instead, to rerun a test on it."""
+    earlier = os.environ.get(DEMO_EVIDENCE_DIR_VARIABLE)
+    if earlier:
+        return _evidence_read(Path(earlier))
     var_dir = tmp_path_factory.mktemp("demo")
     env = {key: value for key, value in os.environ.items() if key not in SERVICE_VARIABLES}
     env["OPTGATE_VAR_DIR"] = str(var_dir)
@@ -124,7 +131,24 @@ def demo_evidence(tmp_path_factory: pytest.TempPathFactory) -> DemoEvidence:
     done = subprocess.run(
         command, cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=3000, check=False
     )
+    (var_dir / "demo.stdout").write_text(done.stdout)
+    (var_dir / "demo.stderr").write_text(done.stderr)
+    (var_dir / "demo.returncode").write_text(f"{done.returncode}\n")
     return DemoEvidence(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr, var_dir=var_dir)
+
+
+DEMO_EVIDENCE_DIR_VARIABLE = "OPTGATE_DEMO_EVIDENCE_DIR"
+
+
+def _evidence_read(var_dir: Path) -> DemoEvidence:
+    if not (var_dir / "demo.returncode").is_file():
+        pytest.fail(f"{DEMO_EVIDENCE_DIR_VARIABLE}={var_dir}: no demo run of a test session there")
+    return DemoEvidence(
+        returncode=int((var_dir / "demo.returncode").read_text()),
+        stdout=(var_dir / "demo.stdout").read_text(),
+        stderr=(var_dir / "demo.stderr").read_text(),
+        var_dir=var_dir,
+    )
 
 
 @pytest.fixture

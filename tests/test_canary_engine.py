@@ -31,7 +31,7 @@ from django.utils import timezone
 from backends.models import Backend
 from evaluators.engine import EngineHandle, launch_engine
 from gates.canary.traffic import TrafficDriver
-from gates.models import ReleaseTicket, RoundAction, TicketStatus
+from gates.models import CanaryRound, ReleaseTicket, RoundAction, TicketStatus
 from gates.policy.parse import load_policy
 from gates.policy.rules import POLICY_DIR, Policy
 from gates.selectors.routes import route_table
@@ -87,7 +87,7 @@ def live_backend(make_backend: Any, kit: Kit, engine: EngineHandle, variant: str
     )
 
 
-def canary_policy(tmp_path: Path) -> Policy:
+def canary_policy(tmp_path: Path, **canary: Any) -> Policy:
     """The default policy's canary with automatic rollback, a round whose window takes in all of
     the test's traffic (two CPU engines answer a few requests a second), and the outcome signals
     only: here both engines share two cores, and the one serving two thirds of the traffic takes
@@ -95,7 +95,7 @@ def canary_policy(tmp_path: Path) -> Policy:
     (measured: the candidate's TTFT P95 +77 % at 1.3 requests/s against the baseline's 2.7)."""
     document = yaml.safe_load((POLICY_DIR / "default.yaml").read_text())
     document["canary"].update(
-        {"interval_minutes": 20, "min_requests_per_round": 20, "auto_rollback": True, "peak_fraction": 0}
+        {"interval_minutes": 20, "min_requests_per_round": 20, "auto_rollback": True, "peak_fraction": 0, **canary}
     )
     document["canary"]["signals"] = [s for s in document["canary"]["signals"] if s["metric"].endswith("_rate")]
     path = tmp_path / "canary-policy.yaml"
@@ -202,3 +202,32 @@ def test_a_low_bit_candidate_breaking_the_risk_task_is_rolled_back_for_it_alone_
     second = drive(exporter, prometheus, requests=2 * len(TENANTS) * 10)
     assert served_by(second, RISK, CANARY_TENANT) == {baseline}
     assert served_by(second, BENEFICIARY, CANARY_TENANT) == {candidate}
+
+
+def test_on_real_traffic_too_little_evidence_pauses_and_prometheus_down_is_an_error_round(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    """The same engines and driver: a round whose slices saw fewer requests than the policy asks is
+    inconclusive, never a pass; past the policy's limit the canary pauses for people; and a round
+    that cannot ask Prometheus is an error, retried, never a pass."""
+    ticket = in_canary
+    # 20 requests per (task, tenant): 20 in the candidate slice, 40 in the baseline's, short of 50.
+    policy = canary_policy(tmp_path, min_requests_per_round=50, max_inconclusive_rounds=1)
+
+    drive(exporter, prometheus, requests=2 * len(TENANTS) * 20)
+    first = canary.canary_round_run(ticket_id=ticket.pk, policy=policy, prometheus_url=prometheus.url)
+    assert first is not None and (first.verdict, first.action) == ("inconclusive", RoundAction.CONTINUE)
+    assert first.tasks[RISK]["candidate"]["requests"] == pytest.approx(20, abs=2), first.tasks[RISK]
+    drive(exporter, prometheus, requests=2 * len(TENANTS) * 5)
+    second = canary.canary_round_run(ticket_id=ticket.pk, policy=policy, prometheus_url=prometheus.url)
+    assert second is not None and (second.verdict, second.action) == ("inconclusive", RoundAction.PAUSE)
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.CANARY  # paused for people, nothing moved
+    routes = {r.task.slug: r.backend.name for r in route_table().filter(tenant=CANARY_TENANT)}
+    assert routes == {BENEFICIARY: ticket.candidate.name, RISK: ticket.candidate.name}
+
+    prometheus.stop()
+    with pytest.raises(canary.CanaryRoundError, match="could not be reached"):
+        canary.canary_round_run(ticket_id=ticket.pk, policy=policy, prometheus_url=prometheus.url)
+    error = CanaryRound.objects.filter(ticket=ticket).order_by("-number").first()
+    assert error is not None and (error.number, error.verdict, error.action) == (3, "error", RoundAction.RETRY)

@@ -1,23 +1,29 @@
 """The README's first command, end to end: ``manage.py demo`` on embedded defaults.
 
 The demo runs once per session in its own folder (SQLite database, file broker, logs) with real
-workers, a real web server and vLLM-on-CPU (``tests/demo_evidence.py``); this checks what DEMO.md
-promises a new user: the shipped kit used as it is, three tickets decided on measured evidence,
-prefix caching passing every quality guardrail (approved unless the machine's timings hide the
-TTFT gain), the low-bit candidate stopped with its failing samples kept, the ledger verified.
+workers, a real web server, vLLM-on-CPU and a real Prometheus (``tests/demo_evidence.py``); this
+checks what DEMO.md promises a new user: the shipped kit used as it is, three tickets decided on
+measured evidence in stages (policy ``demo``: default@6 with a short canary), prefix caching
+approved, the low-bit candidate stopped at the first look with its failing samples kept, the
+approved ticket taken through a measured canary to promotion, the ledger verified.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta
 
 import pytest
 
-from tests.demo_evidence import BASELINE, LOW_BIT, DemoEvidence
+from tests.demo_evidence import BASELINE, LOW_BIT, PREFIX_CACHE, DemoEvidence
 from tests.factories import assert_prefix_cache_judged
 
 pytestmark = pytest.mark.engine
+
+PREFIX = "Prefix caching for the knowledge assistant"
+LOW_BIT_TITLE = "Low-bit weights for the whole fleet"
+NGRAM_TITLE = "N-gram speculative decoding for templated summaries"
 
 
 def test_the_demo_decides_its_three_tickets_on_measured_evidence(demo_evidence: DemoEvidence) -> None:
@@ -26,7 +32,7 @@ def test_the_demo_decides_its_three_tickets_on_measured_evidence(demo_evidence: 
 
     decisions = dict(re.findall(r"^#\d+ (.+?): (\w+)$", stdout.split("==> decisions", 1)[1], re.MULTILINE))
     assert decisions["Prefix caching for the knowledge assistant"] in ("approve", "needs_evidence"), output[-4000:]
-    assert decisions["Low-bit weights for the whole fleet"] in ("restrict", "reject"), output[-4000:]
+    assert decisions["Low-bit weights for the whole fleet"] == "reject", output[-4000:]
     ngram_outcome = decisions["N-gram speculative decoding for templated summaries"]
     assert ngram_outcome in ("approve", "restrict", "reject", "needs_evidence")
     assert re.search(r"^ledger: \d+ entries, chain verified$", stdout, re.MULTILINE)
@@ -38,7 +44,9 @@ def test_the_demo_decides_its_three_tickets_on_measured_evidence(demo_evidence: 
     for login in ("erin", "rita", "bella", "admin"):
         assert f"sign in as {login}" in stdout
 
-    prefix = demo_evidence.decision("Prefix caching for the knowledge assistant")
+    prefix = demo_evidence.decision(PREFIX)
+    # Approve; or, when the shared box's stalls leave a latency tail unsettled, needs evidence on
+    # timing alone (the quality margins and the hit rate always settle).
     assert_prefix_cache_judged(prefix["outcome"], prefix["verdicts"])
     # The low-bit ticket keeps its failing samples for the side-by-side view.
     failing = [
@@ -50,17 +58,99 @@ def test_the_demo_decides_its_three_tickets_on_measured_evidence(demo_evidence: 
     assert failing
 
 
+def test_the_demos_tickets_are_decided_in_stages_that_stop_as_soon_as_the_evidence_settles(
+    demo_evidence: DemoEvidence,
+) -> None:
+    """Default@6's staged design on real engines: prefix caching changes no answer, and one held-out
+    stage settles both its margins (look 2); the low-bit weights' broken summaries are rejected at
+    the first look, without a held-out stage; the n-gram ticket is judged at once on its failed
+    speed-up (nothing a quality stage measures could change that)."""
+    stages = {
+        row["title"]: row["count"]
+        for row in demo_evidence.query(
+            "SELECT t.title, COUNT(s.id) AS count FROM gates_releaseticket t"
+            " LEFT JOIN gates_evaluationstage s ON s.ticket_id = t.id GROUP BY t.title"
+        )
+    }
+    assert stages == {PREFIX: 1, LOW_BIT_TITLE: 0, NGRAM_TITLE: 0}, stages
+    prefix = demo_evidence.decision(PREFIX)["verdicts"]
+    for task, margin_looks in (("knowledge_qa", 2), ("compliance_qa", 2)):
+        pass_rate = next(m for m in prefix[task]["metrics"] if m["metric"] == "pass_rate")
+        details = pass_rate["details"]
+        assert (pass_rate["status"], details["look"], details["look_outcome"]) == ("pass", margin_looks, "approve")
+        assert details["losses"] == details["gains"] == 0  # the cache changes no answer
+    summary = next(
+        m
+        for m in demo_evidence.decision(LOW_BIT_TITLE)["verdicts"]["cs_summary"]["metrics"]
+        if m["metric"] == "pass_rate"
+    )
+    assert (summary["status"], summary["details"]["look"], summary["details"]["look_outcome"]) == ("fail", 1, "reject")
+    assert "Pocock" in summary["test"], summary["test"]
+
+
+def test_the_approved_ticket_is_promoted_by_its_canary_on_measured_rounds_only_after_its_window(
+    demo_evidence: DemoEvidence,
+) -> None:
+    """The canary on the real path: the fleet's engines behind the route table, the traffic driver
+    replaying both tasks for four tenants (two of them the canary's), a real Prometheus, analysis
+    rounds queued by beat and run by the default worker; every round passed, the ones inside the
+    observation window went on, and the first after it, with the traffic minimum met, proposed the
+    promotion the platform reviewer then made."""
+    stdout = demo_evidence.stdout
+    outcome = demo_evidence.decision(PREFIX)["outcome"]
+    if outcome != "approve":
+        # Needs evidence on timing (the test above checks that is all it is): no canary starts.
+        assert "==> the canary of" not in stdout and f"{PREFIX}: it ended {outcome}" in stdout, stdout[-3000:]
+        pytest.skip(f"the demo's prefix-caching ticket ended {outcome} on timing, so its canary did not run")
+    assert "==> the canary of" in stdout, stdout[-3000:]
+    ticket = demo_evidence.query(
+        "SELECT id, status, canary_started_at, observation_window_hours FROM gates_releaseticket WHERE title = ?",
+        PREFIX,
+    )[0]
+    assert ticket["status"] == "default", stdout[-3000:]
+    started = datetime.fromisoformat(ticket["canary_started_at"])
+    window_ends = started + timedelta(hours=ticket["observation_window_hours"])
+    rounds = demo_evidence.query(
+        "SELECT number, verdict, action, window_end, traffic, tasks FROM gates_canaryround WHERE ticket_id = ?"
+        " ORDER BY number",
+        ticket["id"],
+    )
+    assert len(rounds) >= 2, [dict(r) for r in rounds]
+    assert {r["verdict"] for r in rounds} == {"pass"}, [dict(r) for r in rounds]
+    *going, last = rounds
+    assert {r["action"] for r in going} == {"continue"} and last["action"] == "propose_promote"
+    assert all(datetime.fromisoformat(r["window_end"]) < window_ends for r in going[:1])
+    assert datetime.fromisoformat(last["window_end"]) >= window_ends  # time ended, evidence promoted
+    traffic = json.loads(last["traffic"])
+    assert set(traffic) == {"knowledge_qa", "compliance_qa"} and min(traffic.values()) >= 150, traffic
+    for task, result in json.loads(last["tasks"]).items():
+        # Both slices measured in the round: the canary tenants on the candidate, the others on the baseline.
+        assert result["candidate"]["requests"] >= 50 and result["baseline"]["requests"] >= 50, (task, result)
+    routes = demo_evidence.query(
+        "SELECT tk.slug AS task, r.tenant, b.name AS backend FROM gates_route r"
+        " JOIN gates_tasktype tk ON r.task_id = tk.id JOIN ledger_backend b ON r.backend_id = b.id"
+        " WHERE r.version_id = (SELECT id FROM gates_routetableversion ORDER BY number DESC LIMIT 1)"
+    )
+    assert {(r["task"], r["tenant"], r["backend"]) for r in routes} >= {
+        ("knowledge_qa", "", PREFIX_CACHE),
+        ("compliance_qa", "", PREFIX_CACHE),
+    }
+    assert re.search(r"^    round \d+: pass → ", stdout, re.MULTILINE)
+    assert re.search(r"^    rita promotes #\d+", stdout, re.MULTILINE)
+
+
 def test_the_demos_baseline_engine_starts_once_and_stays_warm_for_each_ticket(demo_evidence: DemoEvidence) -> None:
-    """One GPU worker evaluates the fleet's baseline answers, then the three tickets' pairs: each
-    pair takes the baseline engine the run before it parked (evaluators.warm) instead of starting
-    its own, and measures it afresh."""
+    """One GPU worker evaluates the fleet's baseline answers, then the three tickets' pairs and the
+    held-out stage: each takes the baseline engine the run before it parked (evaluators.warm)
+    instead of starting its own, and measures it afresh."""
     attempts = demo_evidence.query(
         "SELECT a.run_id, a.engine_pgid, a.artifacts, a.timings FROM evaluators_evaluationattempt a"
         " JOIN evaluators_evaluationrun r ON a.run_id = r.id JOIN ledger_backend b ON r.backend_id = b.id"
         " WHERE b.name = ? AND a.status = 'succeeded' ORDER BY a.id",
         BASELINE,
     )
-    assert len(attempts) == 4, [dict(a) for a in attempts]  # the fleet's answers, then one per ticket
+    # The fleet's answers, one pair per ticket, and the prefix-caching ticket's held-out stage.
+    assert len(attempts) == 5, [dict(a) for a in attempts]
     first, *pairs = attempts
     assert "warm_engine" not in json.loads(first["artifacts"])
     previous_run = first["run_id"]

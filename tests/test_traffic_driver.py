@@ -216,6 +216,26 @@ def test_a_route_change_mid_run_moves_the_tenants_next_requests(fleet: Callable[
     assert len(base_stub.bodies) == 3 and not cand_stub.bodies
 
 
+@pytest.mark.django_db
+def test_the_gateways_own_address_of_a_backend_wins_over_the_route_export(
+    fleet: Callable[..., Any], serve_stub: Callable[[Answerer], Stub]
+) -> None:
+    fleet(candidate_api_base=f"http://127.0.0.1:{free_port()}/v1")  # the exported address: nothing there
+    local = serve_stub(gold)
+    with httpx.Client(timeout=10) as client:
+        driver = TrafficDriver(
+            tasks=[TASK],
+            tenants=[CANARY_TENANT],
+            exporter=OutcomeExporter(),
+            client=client,
+            api_bases={"stub-cand": f"{local.url}/v1"},
+        )
+        result = driver.run(rate=500, requests=3, poisson=False)
+
+    assert result.counts[(TASK, "stub-cand", CANARY_TENANT, "ok")] == 3
+    assert len(local.bodies) == 3 and {b["model"] for b in local.bodies} == {"stub-cand"}
+
+
 # --- scoring and counting --------------------------------------------------------------------------
 
 
@@ -344,6 +364,8 @@ def test_the_command_refuses_a_run_without_an_end_or_a_route(fleet: Callable[...
         call_command("drive_traffic", tasks="cs_summary", requests=1, metrics_port=0)
     with pytest.raises(CommandError, match="no suite for task"):
         call_command("drive_traffic", tasks="poetry", requests=1, metrics_port=0)
+    with pytest.raises(CommandError, match="--api-base 'stub-cand': give BACKEND=http"):
+        call_command("drive_traffic", requests=1, metrics_port=0, api_base=["stub-cand"])
 
 
 # --- a real Prometheus scrapes the command's exporter -----------------------------------------------

@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,20 +71,24 @@ class Target:
     endpoint: Endpoint
 
 
-def route_target(*, task: str, tenant: str) -> Target | None:
-    """The current route's target for a tenant's request on ``task``; None when the task has no route."""
+def route_target(*, task: str, tenant: str, api_bases: Mapping[str, str] | None = None) -> Target | None:
+    """The current route's target for a tenant's request on ``task``; None when the task has no route.
+
+    ``api_bases`` (backend name → address) is where this gateway reaches a backend when that is
+    not the route export's ``api_base`` (engines on this machine's own ports, as in the demo)."""
     route = route_resolve(task=task, tenant=tenant)
     if route is None:
         return None
     exported = route_json(route)
+    api_base = (api_bases or {}).get(route.backend.name, exported["api_base"])
     endpoint = Endpoint(
-        base_url=exported["api_base"],
+        base_url=api_base,
         model=exported["served_model_name"],
         sampling=dict(route.backend.sampling_params or {}),
         # What /api/v1/routes/cache-salt/ answers for this task and tenant.
         salts={tenant: cache_salt(route.backend, tenant)},
     )
-    return Target(route.backend.name, exported["api_base"].rstrip("/") + "/chat/completions", endpoint)
+    return Target(route.backend.name, api_base.rstrip("/") + "/chat/completions", endpoint)
 
 
 @dataclass
@@ -199,6 +203,7 @@ class TrafficDriver:
         client: httpx.Client,
         seed: int = 0,
         concurrency: int = 16,
+        api_bases: Mapping[str, str] | None = None,
     ) -> None:
         if not tasks or not tenants:
             raise ValueError("name at least one task and one tenant")
@@ -210,6 +215,7 @@ class TrafficDriver:
         self.concurrency = concurrency
         self.prompts = {task: _shuffled(suite.load_samples(), f"{task}:{seed}") for task, suite in self.suites.items()}
         self.seed = seed
+        self.api_bases = dict(api_bases or {})
         self._version: int | None = None
         self._targets: dict[tuple[str, str], Target | None] = {}
         self._lock = threading.Lock()
@@ -219,7 +225,10 @@ class TrafficDriver:
         current = route_version_current()
         number = current.number if current is not None else 0
         if number != self._version or not self._targets:
-            self._targets = {(task, tenant): route_target(task=task, tenant=tenant) for task, tenant in self.pairs}
+            self._targets = {
+                (task, tenant): route_target(task=task, tenant=tenant, api_bases=self.api_bases)
+                for task, tenant in self.pairs
+            }
             self._version = number
             # Series of a backend the table now names start at zero before their first request.
             backends = {target.backend for target in self._targets.values() if target is not None}

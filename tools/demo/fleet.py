@@ -40,6 +40,9 @@ RECIPE = {
     "security_domain": "internal",
     "tenant": True,
 }
+# The prefix-caching ticket's canary window: three minutes, long enough for three analysis rounds
+# under the demo policy (a round a minute), short enough to watch.
+CANARY_WINDOW_HOURS = 0.05
 ROLLBACK_PLAN = {
     "sacrifices": "the candidate's gain on the beneficiary tasks",
     "warmup": "none: the baseline backend stays loaded during the canary",
@@ -143,7 +146,7 @@ def demo_ticket_fields(b: dict[str, Backend]) -> list[dict[str, Any]]:
             benefit_metrics=["ttft_p50", "prefix_cache_hit_rate"],
             guardrail_metrics=["citation_accuracy", "refusal_accuracy"],
             canary_scope={"tenants": ["tenant-a", "tenant-b"], "business_domain": "knowledge"},
-            **shared,
+            **{**shared, "observation_window_hours": CANARY_WINDOW_HOURS},
         ),
         dict(
             title="Low-bit weights for the whole fleet",

@@ -21,6 +21,17 @@ def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
+def _api_bases(items: list[str]) -> dict[str, str]:
+    """``--api-base BACKEND=URL`` items as a mapping; a malformed one is refused naming it."""
+    bases = {}
+    for item in items:
+        name, _, url = item.partition("=")
+        if not name.strip() or not url.strip().startswith(("http://", "https://")):
+            raise CommandError(f"--api-base {item!r}: give BACKEND=http://host:port/v1")
+        bases[name.strip()] = url.strip()
+    return bases
+
+
 class Command(BaseCommand):
     help = (
         "Send each task's suite prompts for each tenant through the current route table, as the gateway "
@@ -47,6 +58,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--concurrency", type=int, default=16, help="requests in flight at most")
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take")
+        parser.add_argument(
+            "--api-base",
+            action="append",
+            default=[],
+            metavar="BACKEND=URL",
+            help="where to reach BACKEND instead of its route's api_base (repeat per backend)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["duration"] is None and options["requests"] is None:
@@ -62,6 +80,7 @@ class Command(BaseCommand):
         unknown = [task for task in tasks if task not in SUITES]
         if unknown:
             raise CommandError(f"no suite for task(s) {', '.join(unknown)}; known: {', '.join(sorted(SUITES))}")
+        api_bases = _api_bases(options["api_base"])
         exporter = OutcomeExporter()
         stop = threading.Event()
         with httpx.Client(timeout=httpx.Timeout(options["timeout"], connect=10.0)) as client:
@@ -72,6 +91,7 @@ class Command(BaseCommand):
                 client=client,
                 seed=options["seed"],
                 concurrency=options["concurrency"],
+                api_bases=api_bases,
             )
             # Every pair's route now, and the zeros of every series before Prometheus' first scrape.
             unrouted = sorted({task for (task, _), target in driver.targets().items() if target is None})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import signal
 import time
@@ -24,9 +25,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from backends.models import Backend
 from evaluators.models import EvaluationRun, RunStatus
 from evaluators.processes import port_is_free
-from gates.models import ReleaseTicket, TicketStatus
+from gates.models import GateDecision, ReleaseTicket, TicketStatus
 from gates.selectors.summary import decision_summary, next_action, numbers_text
 from ledger.selectors import ledger_verify
+from tools.demo.canary import CanaryWatch, canary_watch_start, demo_canary
 from tools.demo.fleet import DEMO_PASSWORD, DEMO_USERS, demo_backends_register, demo_tickets_file, demo_users_create
 from tools.demo.processes import DemoProcesses, demo_commands
 from tools.demo.progress import ProgressLine, Run, evaluation_text
@@ -38,6 +40,8 @@ SETTLED = {
     TicketStatus.NEEDS_EVIDENCE,
     TicketStatus.EVALUATED,
 }
+# The demo's gate policy: the default one with a canary a demo can watch (gates/policies/demo.yaml).
+DEMO_POLICY = "demo"
 # However the demo is stopped, it stops what it started (tools.demo.processes).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -67,6 +71,7 @@ class Command(BaseCommand):
         lock = self.claim(options["port"])
         previous = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
         stopped_by: DemoStopped | None = None
+        watch: CanaryWatch | None = None
         try:
             self.step("migrating the database")
             call_command("migrate", interactive=False, verbosity=0)
@@ -74,6 +79,7 @@ class Command(BaseCommand):
             self.step("creating the demo users")
             users = demo_users_create()
             backends = demo_backends_register(self)
+            watch = self.configure(logs)
             self.step("starting the GPU-queue worker, the default worker, beat and the web server")
             self.processes.start(logs, options["port"])
             names = ", ".join(f"{name}.log" for name in demo_commands(options["port"]))
@@ -84,6 +90,7 @@ class Command(BaseCommand):
             self.print_welcome(options["port"], logs)
             self.follow(tickets, options["timeout"], fleet_run_id=fleet_run.pk)
             self.print_decisions(tickets)
+            self.canary(tickets[0], users, watch, logs)
             if not options["no_serve"]:
                 self.stdout.write(f"\nOpen http://127.0.0.1:{options['port']}/ — Ctrl-C stops everything.")
                 while not self.processes.any_stopped():
@@ -96,11 +103,59 @@ class Command(BaseCommand):
         finally:
             self.stopping = True
             self.processes.stop(hurry=lambda: self.hurry)
+            if watch is not None:
+                watch.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             lock.close()
         if stopped_by is not None:
             raise SystemExit(128 + stopped_by.signum)
+
+    def configure(self, logs: Path) -> CanaryWatch | None:
+        """The demo's own settings, for this process and the ones it starts: its gate policy
+        (``demo``: the default policy with a canary short enough to watch) unless one is set, and a
+        Prometheus of its own for the canary's analysis rounds when the binary is installed."""
+        # The terminal shows phases and rounds; each request the canary's traffic sends is not one.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        overrides = {"OPTGATE_GATE_POLICY": os.environ.get("OPTGATE_GATE_POLICY") or DEMO_POLICY}
+        watch = None
+        self.step(f"gate policy {overrides['OPTGATE_GATE_POLICY']}; Prometheus for the canary's analysis rounds")
+        if settings.OPTGATE_PROMETHEUS_URL:
+            self.line(f"    the canary's rounds ask the Prometheus at {settings.OPTGATE_PROMETHEUS_URL}")
+        else:
+            watch = canary_watch_start(Path(settings.VAR_DIR) / "prometheus")
+            if watch is None:
+                self.line(
+                    "    no prometheus binary here: the approved ticket's canary step is skipped "
+                    "(scripts/install-prometheus.sh installs it, as root)"
+                )
+            else:
+                overrides["OPTGATE_PROMETHEUS_URL"] = watch.url
+                self.line(f"    Prometheus for the canary rounds at {watch.url} (log: {watch.prometheus.log_path})")
+        for name, value in overrides.items():
+            os.environ[name] = value  # the workers, beat and the web server inherit it
+            setattr(settings, name, value)  # and this process files and follows the tickets under it
+        return watch
+
+    def canary(self, ticket: ReleaseTicket, users: dict[str, Any], watch: CanaryWatch | None, logs: Path) -> None:
+        """The approved ticket's canary, on replayed traffic with live analysis rounds."""
+        ticket.refresh_from_db()
+        if ticket.status in (TicketStatus.DEFAULT, TicketStatus.ROLLED_BACK):
+            self.line(f"#{ticket.pk} {ticket.title}: {ticket.status} since an earlier demo's canary")
+            return
+        decision = GateDecision.objects.filter(ticket=ticket).order_by("-created_at").first()
+        if decision is None or decision.outcome != "approve":
+            outcome = decision.outcome if decision else "no decision"
+            self.line(f"    no canary for #{ticket.pk} {ticket.title}: it ended {outcome}; canaries follow approvals")
+            return
+        if watch is None and not settings.OPTGATE_PROMETHEUS_URL:
+            return
+        self.step(f"the canary of #{ticket.pk} {ticket.title}")
+        if watch is None:
+            self.line("    OPTGATE_PROMETHEUS_URL is set: this demo leaves the canary to that deployment")
+            return
+        ended = demo_canary(ticket, users, watch, self, logs=logs)
+        self.stdout.write(self.style.SUCCESS(f"#{ended.pk} {ended.title}: {ended.status} after its canary"))
 
     def claim(self, port: int) -> IO[str]:
         """Refuse to start a second demo on this folder, or one whose port is taken, before anything starts.
@@ -204,8 +259,6 @@ class Command(BaseCommand):
         raise CommandError(f"the demo tickets were not decided within {timeout} s")
 
     def print_decisions(self, tickets: list[ReleaseTicket]) -> None:
-        from gates.models import GateDecision
-
         self.step("decisions")
         for ticket in tickets:
             ticket.refresh_from_db()
