@@ -27,6 +27,9 @@ from gates.judge.sequential import (
 )
 from gates.judge.stats import _tango_score, mcnemar_noninferiority
 
+RUNS = 4000
+TOLERANCE = 3 * math.sqrt(0.025 * 0.975 / RUNS)  # three standard errors of a rate of α
+
 # Lan–DeMets O'Brien–Fleming-type spending, one-sided alpha 0.025, equally spaced looks, as
 # printed by R gsDesign (sfLDOF) and rpact (typeOfDesign = "asOF"); e.g. K = 5 in the rpact
 # vignette "Defining group-sequential boundaries" and gsDesign's manual.
@@ -141,13 +144,29 @@ def test_the_last_look_is_inconclusive_with_the_estimate_when_nothing_was_crosse
     assert decision.futility_bound is None
 
 
-def test_a_change_at_the_margin_stops_inside_the_wedge_and_one_beyond_it_runs_on() -> None:
+def test_a_change_at_the_margin_stops_inside_the_wedge_and_a_clear_loss_beyond_it_is_rejected() -> None:
     design = group_sequential_design(equally_spaced(5))
     assert design.futility[2] > 0.5
     at_margin = decide_look(design, 3, losses=40, gains=28, n=600, margin=0.02)  # Δ̂ = −2 points
     assert abs(at_margin.statistic) < design.futility[2] and at_margin.outcome == "futile"
-    beyond = decide_look(design, 3, losses=52, gains=28, n=600, margin=0.02)  # Δ̂ = −4 points
-    assert -design.efficacy[2] < beyond.statistic < -design.futility[2] and beyond.outcome == "continue"
+    # Δ̂ = −5.3 points: the loss is significant against half the margin (Tango's score at −1 point
+    # −2.80 ≤ −2.68), so it is rejected, where the whole repeated interval below −2 points (the
+    # score at −margin, −2.17) would have waited for another stage.
+    beyond = decide_look(design, 3, losses=60, gains=28, n=600, margin=0.02)
+    assert beyond.harm_statistic == pytest.approx(_tango_score(-0.01, 28, 60, 600))
+    assert beyond.harm_statistic <= -design.efficacy[2] < beyond.statistic
+    assert beyond.outcome == "reject"
+    # Δ̂ = −4 points, not yet significant against half the margin (−2.03): another stage.
+    assert decide_look(design, 3, losses=52, gains=28, n=600, margin=0.02).outcome == "continue"
+
+
+def test_a_loss_inside_the_margin_is_never_rejected_however_significant() -> None:
+    """5,000 pairs losing 200 and gaining 105: 1.9 points lost, significant even against half the
+    2-point margin (score −2.6 ≤ −2.29 at look 4), but inside the margin: not a rejection."""
+    design = group_sequential_design(equally_spaced(5))
+    look = decide_look(design, 4, losses=200, gains=105, n=5000, margin=0.02)
+    assert look.harm_statistic <= -design.efficacy[3] and look.effect > -0.02
+    assert look.outcome != "reject"
 
 
 def test_a_look_with_no_pairs_continues_and_bad_counts_are_refused() -> None:
@@ -169,17 +188,41 @@ def test_the_decision_and_design_serialise_for_the_ledger() -> None:
 
 
 @pytest.mark.parametrize(("p_loss", "p_gain"), [(0.045, 0.025), (0.02, 0.0)], ids=["discordant", "losses-only"])
-def test_simulated_error_rates_at_the_margin_stay_within_alpha(p_loss: float, p_gain: float) -> None:
-    """A regression exactly at the 2-point margin: approving it and rejecting it are each ≤ α."""
-    design = group_sequential_design(equally_spaced(5))
-    runs = 4000
-    tolerance = 3 * math.sqrt(0.025 * 0.975 / runs)
+def test_simulated_approvals_at_the_margin_stay_within_alpha(p_loss: float, p_gain: float) -> None:
+    """A regression exactly at the 2-point margin is approved in at most α of runs."""
     result = simulate_sequential(
-        design, [200, 400, 600, 800, 1000], margin=0.02, p_loss=p_loss, p_gain=p_gain, runs=runs,
-        rng=np.random.default_rng(18),
+        group_sequential_design(equally_spaced(5)), [200, 400, 600, 800, 1000], margin=0.02, p_loss=p_loss,
+        p_gain=p_gain, runs=RUNS, rng=np.random.default_rng(18),
     )  # fmt: skip
-    assert result.approve <= 0.025 + tolerance
-    assert result.reject <= 0.025 + tolerance
+    assert result.approve <= 0.025 + TOLERANCE
+
+
+@pytest.mark.parametrize(
+    ("p_loss", "p_gain"),
+    [(0.01, 0.01), (0.025, 0.025), (0.05, 0.05), (0.035, 0.025), (0.01, 0.0)],
+    ids=["unchanged-2%", "unchanged-5%", "unchanged-10%", "half-margin-5%", "half-margin-losses-only"],
+)
+def test_simulated_rejections_of_a_change_losing_at_most_half_the_margin_stay_within_alpha(
+    p_loss: float, p_gain: float
+) -> None:
+    """The reject side's score is centred at −margin/2: no change that loses less is rejected in
+    more than α of runs, whatever its discordance."""
+    result = simulate_sequential(
+        group_sequential_design(equally_spaced(5)), [200, 400, 600, 800, 1000], margin=0.02, p_loss=p_loss,
+        p_gain=p_gain, runs=RUNS, rng=np.random.default_rng(18),
+    )  # fmt: skip
+    assert result.reject <= 0.025 + TOLERANCE
+
+
+def test_a_regression_of_twice_the_margin_is_rejected_early_in_nearly_every_run() -> None:
+    """4 points lost of 100 with no gains, a 2-point margin: rejected in ≥ 95 % of runs, on about
+    half the design's maximum pairs."""
+    result = simulate_sequential(
+        group_sequential_design(equally_spaced(5)), [200, 400, 600, 800, 1000], margin=0.02, p_loss=0.04,
+        p_gain=0.0, runs=RUNS, rng=np.random.default_rng(18),
+    )  # fmt: skip
+    assert result.reject >= 0.95 and result.approve == 0
+    assert result.mean_samples < 550
 
 
 # --- information-based looks ------------------------------------------------------------------

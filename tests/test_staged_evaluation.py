@@ -564,3 +564,7 @@ def test_under_the_default_design_ten_lost_sql_answers_in_a_hundred_are_rejected
     assert decision is not None
     sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
     assert sql["status"] == "fail" and sql["details"]["look"] == 1 and sql["details"]["look_outcome"] == "reject"
+    # Rejected because the loss is significant against half the margin, with its estimate beyond it.
+    harm = sql["details"]["harm_statistic"]
+    assert harm <= -sql["details"]["efficacy_bound"] and sql["effect"] < -0.02
+    assert "worse than half the margin (score against a 1-point loss −" in sql["reason"], sql["reason"]

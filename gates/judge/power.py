@@ -44,10 +44,12 @@ from gates.judge.sequential import (
     equally_spaced,
     fixed_status,
     group_sequential_design,
+    harm_score,
     information_design,
     information_levels,
     noninferiority_score,
     null_information,
+    rejects,
 )
 
 # Assumed share of discordant pairs when a task has neither A/A calibration nor history: a few
@@ -262,8 +264,9 @@ def simulate_sequential(
     score = noninferiority_score(losses, gains, n, margin)
     efficacy = np.asarray(design.efficacy)
     futility = np.asarray(design.futility)
-    approve, reject = score >= efficacy, score <= -efficacy
-    futile = np.abs(score) <= futility
+    approve = score >= efficacy
+    reject = ~approve & rejects(harm_score(losses, gains, n, margin), (gains - losses) / n, efficacy, margin)
+    futile = (np.abs(score) <= futility) & ~approve & ~reject  # a look's rules in decide_look's order
     futile[:, -1] = False
     stops = approve | reject | futile
     stops[:, -1] = True
@@ -311,6 +314,8 @@ def simulate_information(
     n = np.broadcast_to(sizes, losses.shape)
     information = null_information(losses, gains, n, margin)
     score = noninferiority_score(losses, gains, n, margin)
+    harm = harm_score(losses, gains, n, margin)
+    effect = (gains - losses) / n
     grid = information_design(planned)
     ended = np.full(runs, "inconclusive", dtype=object)
     used = np.zeros(runs)
@@ -322,7 +327,7 @@ def simulate_information(
             z, bound = score[run, k], design.efficacy[level - 1]
             if z >= bound:
                 outcome = "approve"
-            elif z <= -bound:
+            elif rejects(harm[run, k], effect[run, k], bound, margin):
                 outcome = "reject"
             elif final:
                 outcome = "inconclusive"

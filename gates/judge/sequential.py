@@ -9,22 +9,31 @@ boundaries that spend ``alpha`` over the looks (Lan–DeMets):
 
 * **approve** (efficacy) when the score reaches the look's efficacy boundary ``a_k``: the
   repeated confidence interval at that look clears −margin;
-* **reject** (harm) when the score falls to ``−a_k``: the regression is beyond the margin, shown
-  at the same one-sided ``alpha`` — the sequential form of the fixed design's "whole interval
-  below −margin";
+* **reject** (harm) when the loss is significant against *half* the margin at the look's boundary
+  — Tango's score at Δ0 = −margin/2 (:func:`harm_score`) falls to ``−a_k`` — and the estimate
+  lies beyond the margin. The boundaries spend ``alpha`` under Δ = −margin/2, where that score is
+  centred, so a change losing at most half the margin is rejected in at most ``alpha`` of runs,
+  and the estimate's condition keeps one whose estimate is inside the margin from being rejected
+  at all. This sits between the fixed judge's rule (a loss significant against *no change*, the
+  estimate beyond the margin: 9–11 % of half-margin regressions rejected, 24 % of the kit's
+  4-point code loss under a 5-point margin) and demanding the whole repeated interval below
+  −margin (the score at −margin itself at ``−a_k``), which an earlier version did and which let a
+  regression of twice the margin run to the last look, or stop as futile, in most staged runs
+  (``manage.py bench_sequential``, docs/sequential.md). The score decreases in Δ0, so the old
+  rule's rejections are rejections here too;
 * **futile** — stop, inconclusive — when neither side can be expected to settle within the
   budget: the score lies inside the wedge ``|Z| ≤ f_k``. ``f_k`` is the futility boundary of the
   approve side, found by spending ``beta`` under the planned alternative (Δ1, usually 0); by
   symmetry ``−f_k`` is the reject side's futility boundary for the mirrored alternative
   (Δ = −2·margin − Δ1), so a change sitting at the margin stops early while a clear regression
   runs on until it is rejected (Jennison & Turnbull 2000, ch. 5: two-sided tests with an inner
-  wedge). Non-binding: the efficacy and harm boundaries are computed as if it never stopped
-  anything, so obeying it or not cannot raise either error rate;
+  wedge). Non-binding: the efficacy boundaries are computed as if it never stopped anything, so
+  obeying it or not cannot raise either error rate;
 * at the last look, neither boundary crossed → **inconclusive** with the estimate.
 
-Both the approve and the reject boundaries are computed under Δ = −margin, where the score is
-centred; spending the same function on both sides makes the harm boundary the mirror image of
-the efficacy one. The boundaries come from the exact joint normal distribution of the scores at
+The efficacy boundaries are computed under Δ = −margin, where the approve score is centred; the
+reject side uses the same boundaries on the score at −margin/2, centred under Δ = −margin/2. The
+boundaries come from the exact joint normal distribution of the scores at
 the looks (corr(Z_j, Z_k) = √(n_j / n_k)), integrated numerically look by look with the
 Armitage–McPherson–Rowe recursion (Jennison & Turnbull 2000, ch. 19) on a Simpson grid.
 
@@ -236,7 +245,10 @@ class GroupSequentialDesign:
     def expected_fraction(self, drift: float) -> float:
         """Expected samples as a fraction of the maximum when E[Z at the maximum] is ``drift``.
 
-        Under the rules of :func:`decide_look`: stop at ``a_k``, at ``−a_k`` or inside the wedge.
+        Under the rules of :func:`decide_look`, with the score at −margin standing in for the reject
+        rule's score at −margin/2 (stop at ``a_k``, at ``−a_k`` or inside the wedge): under the
+        planned alternative neither rejects; at the margin the real reject rule stops sooner, so
+        the figure there is an upper bound.
         """
         state, expected, running = _START, 0.0, 1.0
         for k, (t, bound) in enumerate(zip(self.info, self.efficacy, strict=True)):
@@ -380,6 +392,17 @@ def null_information(losses: npt.ArrayLike, gains: npt.ArrayLike, n: npt.ArrayLi
         return np.where(variance > 0, m * m / variance, 0.0)
 
 
+def harm_score(losses: npt.ArrayLike, gains: npt.ArrayLike, n: npt.ArrayLike, margin: float) -> FloatArray:
+    """The reject side's statistic, elementwise: Tango's score at Δ0 = −``margin``/2."""
+    return noninferiority_score(losses, gains, n, margin / 2)
+
+
+def rejects(harm_statistic: npt.ArrayLike, effect: npt.ArrayLike, bound: npt.ArrayLike, margin: float) -> Any:
+    """The reject rule, elementwise: a loss significant against half the margin at ``bound``, and
+    an estimate beyond −``margin``."""
+    return (np.asarray(harm_statistic) <= -np.asarray(bound)) & (np.asarray(effect) < -margin)
+
+
 # The information-based design's grid: boundaries are planned at every twentieth of the maximum
 # information, and a look is taken at the grid level its observed information has reached.
 INFORMATION_STEP = 0.05
@@ -451,6 +474,7 @@ class LookDecision:
     interval: tuple[float, float]  # repeated confidence interval at this look's boundary
     outcome: Outcome
     information: float | None = None  # the look's observed information fraction, when the design counts it
+    harm_statistic: float = 0.0  # Tango score at −margin/2; rejects at ≤ harm_bound with the estimate beyond −margin
 
     @property
     def settled(self) -> bool:
@@ -462,7 +486,7 @@ class LookDecision:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("statistic", "efficacy_bound", "harm_bound"):
+        for key in ("statistic", "harm_statistic", "efficacy_bound", "harm_bound"):
             data[key] = data[key] if math.isfinite(data[key]) else None
         return data
 
@@ -479,8 +503,9 @@ def decide_look(
 
     ``look`` is 1-based; ``losses``/``gains``/``n`` are cumulative over the stages so far.
     Approve iff the score at −margin reaches the efficacy boundary, which is the same as the
-    repeated confidence interval's lower bound clearing −margin; reject iff it falls to the
-    mirrored harm boundary; futile when it lies inside the wedge |Z| ≤ futility boundary.
+    repeated confidence interval's lower bound clearing −margin; reject iff the loss is significant
+    against half the margin at the mirrored boundary and the estimate lies beyond the margin
+    (:func:`rejects`); futile when the score lies inside the wedge |Z| ≤ futility boundary.
     """
     if not 1 <= look <= design.looks:
         raise ValueError(f"look must be in 1..{design.looks}, got {look}")
@@ -490,10 +515,12 @@ def decide_look(
     final = look == design.looks
     efficacy, futility = design.efficacy[k], design.futility[k]
     statistic = float(noninferiority_score(losses, gains, n, margin)) if n else 0.0
+    harm_statistic = float(harm_score(losses, gains, n, margin)) if n else 0.0
+    effect = (gains - losses) / n if n else 0.0
     outcome: Outcome
     if n and statistic >= efficacy:
         outcome = "approve"
-    elif n and statistic <= -efficacy:
+    elif n and bool(rejects(harm_statistic, effect, efficacy, margin)):
         outcome = "reject"
     elif final:
         outcome = "inconclusive"
@@ -510,7 +537,7 @@ def decide_look(
         losses=losses,
         gains=gains,
         margin=margin,
-        effect=(gains - losses) / n if n else 0.0,
+        effect=effect,
         statistic=statistic,
         efficacy_bound=efficacy,
         harm_bound=-efficacy,
@@ -518,4 +545,5 @@ def decide_look(
         alpha_spent=design.alpha_spent[k],
         interval=interval,
         outcome=outcome,
+        harm_statistic=harm_statistic,
     )

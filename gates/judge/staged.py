@@ -222,7 +222,11 @@ def staged_verdict(fixed: MetricVerdict, staged: StagedLooks, *, budget_spent: b
     if look.outcome == "approve":
         reason = f"{head}; non-inferior within the {look.margin * 100:g}-point margin."
     elif look.outcome == "reject":
-        reason = f"{head}; worse than the {look.margin * 100:g}-point margin."
+        reason = (
+            f"{head}; worse than half the margin (score against a {look.margin * 50:g}-point loss "
+            f"{signed(look.harm_statistic, 2)} ≤ −{look.efficacy_bound:.2f}), the estimate beyond the "
+            f"{look.margin * 100:g}-point margin."
+        )
     elif look.outcome == "futile":
         reason = f"{head}; inside the futility bound ±{look.futility_bound:.2f}: the change sits at the margin."
     elif look.outcome == "inconclusive":
@@ -239,6 +243,7 @@ def staged_verdict(fixed: MetricVerdict, staged: StagedLooks, *, budget_spent: b
         "looks": look.looks,
         "look_outcome": look.outcome,
         "statistic": look.statistic,
+        "harm_statistic": look.harm_statistic,
         "efficacy_bound": look.efficacy_bound,
         "futility_bound": look.futility_bound,
         "alpha_spent": look.alpha_spent,

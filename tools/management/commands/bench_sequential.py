@@ -15,6 +15,10 @@ margin — and runs both designs on them at the policy's alpha:
   plan's maximum rounded up to whole stages (``power.simulate_information``, what
   ``gates.judge.staged`` does under ``sequential.information: observed``).
 
+* **deployed**: what the policy's own ``sequential`` section runs (``gates.judge.staged``): its
+  ``looks`` stages of the suite's shipped size (100 samples; 200 for compliance_qa), boundaries by
+  its spending at the pairs over looks × stage size — whatever the margin's plan says.
+
 The fixed design's sample size is the one a gate without sequential testing commits to in advance:
 the plan's fixed n at the policy's margin and confidence, the power and the *planned* discordance
 (``--discordance``), whatever the scenario's true discordance is. The scenarios are declared here,
@@ -22,10 +26,12 @@ before any figure: neutral changes at 0, half, 1 and 2 times the planned discord
 of half the margin, at the margin (with and without gains) and of twice the margin.
 
 False approve = approving a change whose true difference is at or beyond −margin; false reject =
-rejecting one within the margin. Samples are the mean pairs used, as a fraction of the fixed
-design's. Then the same for pairs resampled from recorded per-sample outcomes: the shipped kit's
-manifest lists, for every variant and suite, the samples it failed (its base model passes every
-one), so each variant/task is a population of real paired outcomes.
+rejecting one within the margin; approve rate = the share of runs approving a change within the
+margin (a design that stops early by giving up would look cheap and safe on the first two alone).
+Samples are the mean pairs used, as a fraction of the fixed design's. Then the same for pairs
+resampled from recorded per-sample outcomes: the shipped kit's manifest lists, for every variant
+and suite, the samples it failed (its base model passes every one), so each variant/task is a
+population of real paired outcomes.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 import numpy as np
 from django.core.management.base import BaseCommand, CommandParser
 
+from evaluators.suites import get_suite
 from gates.judge.power import (
     DEFAULT_DISCORDANCE,
     DEFAULT_LOOKS,
@@ -51,7 +58,9 @@ from gates.judge.power import (
     simulate_sequential,
 )
 from gates.judge.sequential import OBRIEN_FLEMING, POCOCK, GroupSequentialDesign, group_sequential_design
+from gates.judge.staged import planned_design
 from gates.policy.parse import load_policy
+from gates.policy.rules import SequentialRule
 from tools.kit.manifest import SHIPPED_DIR, read_manifest
 
 SPENDING = {"obrien_fleming": OBRIEN_FLEMING, "pocock": POCOCK}
@@ -103,6 +112,7 @@ class Row:
     sequential: OperatingCharacteristics
     staged: OperatingCharacteristics
     information: OperatingCharacteristics
+    deployed: OperatingCharacteristics
     fixed_n: int
 
 
@@ -117,18 +127,25 @@ class Command(BaseCommand):
         parser.add_argument("--looks", type=int, default=DEFAULT_LOOKS)
         parser.add_argument("--suite-size", type=int, default=1100, help="shipped plus held-out pool")
         parser.add_argument("--stage-size", type=int, default=100, help="pairs per stage of the staged designs")
-        parser.add_argument("--alpha-spending", choices=sorted(SPENDING), default="obrien_fleming")
+        parser.add_argument(
+            "--alpha-spending", choices=sorted(SPENDING), help="for the plan-based designs; default: the policy's"
+        )
         parser.add_argument("--seed", type=int, default=18)
 
     def handle(self, *args: Any, **options: Any) -> None:
         policy = load_policy(options["policy"])
+        options["alpha_spending"] = options["alpha_spending"] or policy.sequential.alpha_spending
+        options["sequential"] = policy.sequential
         rng = np.random.default_rng(options["seed"])
         margin_of: dict[str, float] = {}
         confidence_of: dict[str, float] = {}
+        stage_of: dict[str, int] = {}
         for name, task_policy in policy.tasks.items():
             for rule in task_policy.guardrails:
                 if rule.metric == "pass_rate" and rule.margin:
                     margin_of[name], confidence_of[name] = rule.margin, rule.confidence
+                    stage_of[name] = len(get_suite(name).load_samples())
+        options["stage_of"] = stage_of
         plans: dict[float, PowerPlan] = {}
         for margin in sorted(set(margin_of.values())):
             confidence = min(c for t, c in confidence_of.items() if margin_of[t] == margin)
@@ -156,11 +173,14 @@ class Command(BaseCommand):
                 f"sequential looks {list(plan.look_sizes)}, expected {plan.expected_n:.0f} neutral / "
                 f"{plan.expected_n_at_margin:.0f} at the margin; {plan.reason}"
             )
+            # The deployed design's stage is the suite's shipped size: the smallest among this margin's tasks.
+            stage = min(stage_of[t] for t, m in margin_of.items() if m == margin)
             for scenario in simulated_scenarios(margin, options["discordance"]):
-                rows.append(self._compare("simulated", scenario, margin, plan, options, rng))
+                rows.append(self._compare("simulated", scenario, margin, plan, stage, options, rng))
         self.stdout.write("\nresampled from the kit's recorded per-sample outcomes (kit/manifest.json):")
         for task, scenario in recorded_scenarios(margin_of):
-            rows.append(self._compare(task, scenario, margin_of[task], plans[margin_of[task]], options, rng))
+            margin = margin_of[task]
+            rows.append(self._compare(task, scenario, margin, plans[margin], stage_of[task], options, rng))
         self._summary(rows)
 
     def _compare(
@@ -169,6 +189,7 @@ class Command(BaseCommand):
         scenario: Scenario,
         margin: float,
         plan: PowerPlan,
+        deployed_stage: int,
         options: dict[str, Any],
         rng: np.random.Generator,
     ) -> Row:
@@ -183,6 +204,9 @@ class Command(BaseCommand):
         )
         staged_sizes = [min(stage_size * (k + 1), plan.max_n) for k in range(stages)]
         staged = simulate_sequential(_pair_design(plan, staged_sizes), staged_sizes, rng=rng, **common)
+        rule: SequentialRule = options["sequential"]
+        deployed_sizes = [deployed_stage * (k + 1) for k in range(rule.looks)]
+        deployed = simulate_sequential(planned_design(rule, 1 - 2 * plan.alpha), deployed_sizes, rng=rng, **common)
         harmful = scenario.difference <= -margin + 1e-12
         error = "approve" if harmful else "reject"
 
@@ -195,17 +219,22 @@ class Command(BaseCommand):
             f"{fixed.reject:.2f}/{sequential.reject:.2f} | samples {sequential.mean_samples:.0f} = "
             f"{sequential.mean_samples / plan.fixed_n:.2f} of fixed"
         )
-        for name, result in (("pairs at stages", staged), ("information-based", information)):
+        for name, result in (
+            ("pairs at stages", staged),
+            ("information-based", information),
+            (f"deployed ({rule.looks}×{deployed_stage})", deployed),
+        ):
             self.stdout.write(
                 f"  {'':<48} {name:<18} false {error} {rate(result):.3f} | approve {result.approve:.2f} reject "
                 f"{result.reject:.2f} | samples {result.mean_samples:.0f} = {result.mean_samples / plan.fixed_n:.2f}"
                 " of fixed"
             )
-        return Row(source, harmful, fixed, sequential, staged, information, plan.fixed_n)
+        return Row(source, harmful, fixed, sequential, staged, information, deployed, plan.fixed_n)
 
     def _summary(self, rows: list[Row]) -> None:
         self.stdout.write(
-            "\nsummary (worst case over scenarios; samples: mean over scenarios of the design's mean / fixed n)"
+            "\nsummary (worst case over scenarios; approve: mean approve rate over the changes within the "
+            "margin; samples: mean over scenarios of the design's mean / fixed n)"
         )
         for name, chosen in (
             ("simulated", [r for r in rows if r.source == "simulated"]),
@@ -218,13 +247,15 @@ class Command(BaseCommand):
                 ("sequential", lambda r: r.sequential),
                 ("at stages", lambda r: r.staged),
                 ("information", lambda r: r.information),
+                ("deployed", lambda r: r.deployed),
             ):
                 approve = max((pick(r).approve for r in harmful), default=0.0)
                 reject = max((pick(r).reject for r in neutral), default=0.0)
+                power = float(np.mean([pick(r).approve for r in neutral])) if neutral else math.nan
                 fraction = float(np.mean([pick(r).mean_samples / r.fixed_n for r in chosen])) if chosen else math.nan
                 self.stdout.write(
                     f"  {name:<9} {label:<11} worst false approve {approve:.3f}, worst false reject {reject:.3f}, "
-                    f"samples {fraction:.2f} of fixed over {len(chosen)} scenarios"
+                    f"approve {power:.2f}, samples {fraction:.2f} of fixed over {len(chosen)} scenarios"
                 )
 
 
