@@ -14,7 +14,13 @@ import pytest
 from gates.judge.metric_judge import judge_metric
 from gates.judge.performance import judge_ratio
 from gates.judge.records import RunTaskEvidence, TaskEvidence
-from gates.judge.resampling import _weighted_statistic, bootstrap_ratio
+from gates.judge.resampling import (
+    _hodges_lehmann,
+    _signed_rank_counts,
+    _weighted_statistic,
+    block_tail_ratio,
+    bootstrap_ratio,
+)
 from gates.judge.rules import Rule
 from gates.policy.metrics import metric_spec
 from gates.policy.parse import load_policy
@@ -76,8 +82,11 @@ def test_the_judge_resamples_chunks_of_interleaved_latency_and_says_so() -> None
 
     chunks = dict(zip(ids, chunk, strict=True))
     verdict = judge_ratio(rule, spec, "code_assistant", base, cand, 0, 500, "ms", chunks)
-    assert verdict.test.startswith("block bootstrap of the ratio of p95s over 8 interleaved chunks")
-    assert "in 8 interleaved chunks" in verdict.reason
+    assert verdict.test == "Hodges–Lehmann of the p95 ratios of 8 interleaved block pairs (Wilcoxon interval)"
+    assert "in 8 interleaved chunks; block pair by block pair the candidate's was" in verdict.reason
+    median = Rule(metric="e2e_p50", kind="guardrail", label="E2E P50", margin=0.5)
+    verdict = judge_ratio(median, metric_spec("e2e_p50"), "code_assistant", base, cand, 0, 500, "ms", chunks)
+    assert verdict.test.startswith("block bootstrap of the ratio of medians over 8 interleaved chunks")
 
     # Too few chunks to resample as wholes: single pairs, as before.
     two = {key: value % 2 for key, value in chunks.items()}
@@ -121,3 +130,73 @@ def test_a_replicate_statistic_is_that_of_its_pairs_laid_out_one_by_one(stat: st
     expanded = [np.percentile(np.repeat(values, row), percentile) for row in counts]
     assert np.allclose(_weighted_statistic(values, counts, stat), expanded)  # type: ignore[arg-type]
     assert np.allclose(_weighted_statistic(values, counts, "mean"), [np.mean(np.repeat(values, row)) for row in counts])
+
+
+# --- tail statistics, block pair by block pair ------------------------------------------------------
+
+
+def _stalled_load(seed: int, stall_ms: float = 0.0, slow_share: int = 0) -> tuple[dict, dict, dict]:
+    """16 blocks of 12 requests a side, the same prompts on two identical engines (TTFT 25-45 ms);
+    ``stall_ms`` added to every request of one candidate block (the machine held it up), or
+    ``slow_share`` requests of every candidate block 200 ms slower (the candidate's own tail)."""
+    rng = np.random.default_rng(seed)
+    size = 16 * 12
+    prompt = rng.uniform(25.0, 40.0, size=size)
+    chunk = np.repeat(np.arange(16), 12)
+    base = prompt * rng.lognormal(0.0, 0.08, size=size)
+    cand = prompt * rng.lognormal(0.0, 0.08, size=size)
+    cand[chunk == 5] += stall_ms
+    for k in range(16):
+        cand[np.flatnonzero(chunk == k)[:slow_share]] += 200.0
+    ids = [f"s{i}" for i in range(size)]
+    return (
+        dict(zip(ids, base.tolist(), strict=True)),
+        dict(zip(ids, cand.tolist(), strict=True)),
+        dict(zip(ids, chunk.tolist(), strict=True)),
+    )
+
+
+TTFT_P95 = Rule(metric="ttft_p95", kind="guardrail", label="TTFT P95", margin=0.5)
+
+
+def test_one_block_the_machine_stalled_does_not_decide_a_tail_guardrail() -> None:
+    """The demo's compliance_qa on a busy CI box: one candidate block of 12 came out ~120 ms slow,
+    all of a 200-request load's top 5 %; the whole load's P95 reads 3× with an interval no margin
+    can settle, while the block pairs say what the engines did."""
+    base, cand, chunks = _stalled_load(7, stall_ms=120.0)
+    whole = bootstrap_ratio(list(base.values()), list(cand.values()), "p95", 0.95, 2000, 0, True, list(chunks.values()))
+    assert whole.effect > 2.5 and whole.interval[1] > 2.0
+    verdict = judge_ratio(TTFT_P95, metric_spec("ttft_p95"), "compliance_qa", base, cand, 0, 2000, "ms", chunks)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.interval is not None and 0.8 < verdict.interval[0] <= 1.0 <= verdict.interval[1] < 1.25
+    assert verdict.candidate > 2.5 * verdict.baseline  # the whole load's P95 is still what the reader sees
+
+
+def test_a_tail_the_candidate_adds_to_every_block_fails_the_guardrail() -> None:
+    """Two requests in every twelve 200 ms slower: every block pair's P95 shows it."""
+    base, cand, chunks = _stalled_load(7, slow_share=2)
+    verdict = judge_ratio(TTFT_P95, metric_spec("ttft_p95"), "compliance_qa", base, cand, 0, 2000, "ms", chunks)
+    assert verdict.status == "fail", verdict.reason
+    assert verdict.interval is not None and verdict.interval[0] > 3.0
+
+
+def test_the_block_pairs_interval_is_wilcoxons_published_one() -> None:
+    """n = 16 at 95 %: the lower critical value of the signed-rank statistic is 29 (P(T ≤ 29) =
+    0.0221, P(T ≤ 30) = 0.0253; Hollander & Wolfe, table A.4), so the interval runs from the 30th
+    smallest of the 136 Walsh averages to the 30th largest."""
+    logs = np.log(np.linspace(0.7, 1.6, 16))
+    estimate, low, high = _hodges_lehmann(logs, 0.95)
+    walsh = np.sort([(logs[i] + logs[j]) / 2 for i in range(16) for j in range(i, 16)])
+    assert (low, high) == (walsh[29], walsh[136 - 30]) and estimate == np.median(walsh)
+    cdf = np.cumsum(_signed_rank_counts(16)) / 2**16
+    assert cdf[29] == pytest.approx(0.0221, abs=1e-4) and cdf[30] == pytest.approx(0.0253, abs=1e-4)
+    # Five pairs cannot reach 95 % (2 / 32 > 0.05): no bounds.
+    assert _hodges_lehmann(logs[:5], 0.95)[1:] == (-np.inf, np.inf)
+
+
+def test_identical_engines_with_block_effects_rarely_differ_in_their_tails() -> None:
+    trials, differ = 80, 0
+    for seed in range(trials):
+        a, b, chunk = aa_blocks(seed)
+        differ += excludes_one(block_tail_ratio(a, b, chunk, "p95", 0.95).interval)
+    assert differ / trials <= 0.10

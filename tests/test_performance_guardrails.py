@@ -133,15 +133,14 @@ def _chunked(values: list[float]) -> dict[str, float]:
 
 
 def test_a_fast_tail_that_moves_by_a_few_tens_of_milliseconds_is_within_the_slack() -> None:
-    """A 30 ms TTFT P95 whose interval reaches +90 %: past the 50 % margin, within 50 ms."""
+    """A 30 ms TTFT P95 that grows by 20 ms in every block, about +65 %: past the 50 % margin,
+    within 50 ms."""
     rule = next(r for r in DEFAULT.task("compliance_qa").guardrails if r.metric == "ttft_p95")  # type: ignore[union-attr]
     assert (rule.margin, rule.slack_ms) == (0.5, 50)
     spec = metric_spec("ttft_p95")
     rng = np.random.default_rng(3)
     base = [float(x) for x in rng.normal(22, 4, 200)]
-    cand = [float(x) for x in rng.normal(24, 4, 200)]
-    for i in range(180, 188):  # two batches held up on the candidate, as on a busy box
-        cand[i] = 60.0
+    cand = [value + 20.0 + float(x) for value, x in zip(base, rng.normal(0, 1, 200), strict=True)]
     chunks = {f"s{i}": i // 12 for i in range(200)}
     slack = judge_ratio(judge_rule(rule), spec, "compliance_qa", _chunked(base), _chunked(cand), 0, 2000, "ms", chunks)
     assert slack.status == "pass", slack.reason

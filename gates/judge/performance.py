@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from gates.judge.pairing import pair_samples, sample_values
 from gates.judge.records import MetricVerdict, RequestTiming, RunTaskEvidence, Samples, TaskEvidence
-from gates.judge.resampling import bootstrap_diff, bootstrap_ratio
+from gates.judge.resampling import TAIL_STATS, block_tail_ratio, bootstrap_diff, bootstrap_ratio
 from gates.judge.rules import Rule, classify, finish, finish_bootstrap, missing, rate_sentence, tail
 from gates.judge.wording import amount, rel_ci, signed
 from gates.policy.metrics import MetricSpec
@@ -52,8 +52,12 @@ def judge_ratio(
     if not base_values or not cand_values:
         return missing(rule, task, "measurement")
     stat = spec.stat or "mean"
+    by_block_pairs = clusters is not None and stat in TAIL_STATS
     try:
-        result = bootstrap_ratio(base_values, cand_values, stat, rule.confidence, n_boot, seed, paired, clusters)  # type: ignore[arg-type]
+        if by_block_pairs:
+            result = block_tail_ratio(base_values, cand_values, clusters, stat, rule.confidence)  # type: ignore[arg-type]
+        else:
+            result = bootstrap_ratio(base_values, cand_values, stat, rule.confidence, n_boot, seed, paired, clusters)  # type: ignore[arg-type]
     except ValueError as exc:
         return missing(rule, task, f"usable measurement ({exc})")
     # "Good" scale: + means better. Latency: 1 − ratio (faster); throughput: ratio − 1.
@@ -70,11 +74,18 @@ def judge_ratio(
     counts = f"{result.n_base} paired samples" if paired else f"{result.n_base} vs {result.n_cand} measurements"
     if clusters is not None:
         counts += f" in {len(set(clusters))} interleaved chunks"
-    sentence = (
-        f"{rule.label} went from {amount(result.baseline, unit)} to {amount(result.candidate, unit)} "
-        f"({signed(change * 100)}%, {rel_ci(rel_interval, rule.confidence)}) over {counts}, "
-        f"{tail(rule, status, 'percent')}"
-    )
+    if by_block_pairs:
+        sentence = (
+            f"{rule.label} went from {amount(result.baseline, unit)} to {amount(result.candidate, unit)} over "
+            f"{counts}; block pair by block pair the candidate's was {signed(change * 100)}% "
+            f"({rel_ci(rel_interval, rule.confidence)}, Hodges–Lehmann), {tail(rule, status, 'percent')}"
+        )
+    else:
+        sentence = (
+            f"{rule.label} went from {amount(result.baseline, unit)} to {amount(result.candidate, unit)} "
+            f"({signed(change * 100)}%, {rel_ci(rel_interval, rule.confidence)}) over {counts}, "
+            f"{tail(rule, status, 'percent')}"
+        )
     details: dict[str, object] = {"n_base": result.n_base, "n_cand": result.n_cand, "effect_is": "ratio cand/base"}
     if rule.margin != stated.margin:
         sentence += (
