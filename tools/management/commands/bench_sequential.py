@@ -28,7 +28,12 @@ of half the margin, at the margin (with and without gains) and of twice the marg
 False approve = approving a change whose true difference is at or beyond −margin; false reject =
 rejecting one within the margin; approve rate = the share of runs approving a change within the
 margin (a design that stops early by giving up would look cheap and safe on the first two alone).
-Samples are the mean pairs used, as a fraction of the fixed design's. Then the same for pairs
+Samples are the mean pairs used, as a fraction of the fixed design's. Beside them, **the least
+any design could use** (``gates.judge.bounds``, Wald's inequality): the mean pairs below which no
+stopping rule — looks after every pair included — can approve the scenario as often as the fixed
+design does (exactly, by enumeration) while approving a change at the margin in at most α of runs;
+for a harmful scenario, approving it in at most max(α, the fixed design's rate) of runs while
+approving the planned neutral change as often as the fixed design. Then the same for pairs
 resampled from recorded per-sample outcomes: the shipped kit's manifest lists, for every variant
 and suite, the samples it failed (its base model passes every one), so each variant/task is a
 population of real paired outcomes.
@@ -45,12 +50,14 @@ import numpy as np
 from django.core.management.base import BaseCommand, CommandParser
 
 from evaluators.suites import get_suite
+from gates.judge.bounds import least_pairs_harmful, least_pairs_inside
 from gates.judge.power import (
     DEFAULT_DISCORDANCE,
     DEFAULT_LOOKS,
     DEFAULT_POWER,
     OperatingCharacteristics,
     PowerPlan,
+    exact_power,
     plan_task,
     planned_information,
     simulate_fixed,
@@ -114,6 +121,7 @@ class Row:
     information: OperatingCharacteristics
     deployed: OperatingCharacteristics
     fixed_n: int
+    least: float  # the fewest mean pairs any design keeping the fixed design's approve rates could use
 
 
 class Command(BaseCommand):
@@ -209,6 +217,7 @@ class Command(BaseCommand):
         deployed = simulate_sequential(planned_design(rule, 1 - 2 * plan.alpha), deployed_sizes, rng=rng, **common)
         harmful = scenario.difference <= -margin + 1e-12
         error = "approve" if harmful else "reject"
+        least = _least_pairs(scenario, margin, plan, harmful)
 
         def rate(result: OperatingCharacteristics) -> float:
             return result.approve if harmful else result.reject
@@ -229,7 +238,11 @@ class Command(BaseCommand):
                 f"{result.reject:.2f} | samples {result.mean_samples:.0f} = {result.mean_samples / plan.fixed_n:.2f}"
                 " of fixed"
             )
-        return Row(source, harmful, fixed, sequential, staged, information, deployed, plan.fixed_n)
+        self.stdout.write(
+            f"  {'':<48} {'least possible':<18} {least:.0f} = {least / plan.fixed_n:.2f} of fixed (Wald's bound at "
+            "the fixed design's approve rates)"
+        )
+        return Row(source, harmful, fixed, sequential, staged, information, deployed, plan.fixed_n, least)
 
     def _summary(self, rows: list[Row]) -> None:
         self.stdout.write(
@@ -257,6 +270,31 @@ class Command(BaseCommand):
                     f"  {name:<9} {label:<11} worst false approve {approve:.3f}, worst false reject {reject:.3f}, "
                     f"approve {power:.2f}, samples {fraction:.2f} of fixed over {len(chosen)} scenarios"
                 )
+            if chosen:
+                least = float(np.mean([r.least / r.fixed_n for r in chosen]))
+                self.stdout.write(
+                    f"  {name:<9} {'least':<11} no design keeping the fixed design's approve rates and alpha can use "
+                    f"fewer than {least:.2f} of fixed on average over these scenarios (Wald's bound)"
+                )
+
+
+def _least_pairs(scenario: Scenario, margin: float, plan: PowerPlan, harmful: bool) -> float:
+    """Wald's bound for this scenario at the fixed design's exact approve rates (``gates.judge.bounds``)."""
+
+    def fixed_approve(p_loss: float, p_gain: float) -> float:
+        return exact_power(plan.fixed_n, margin=margin, alpha=plan.alpha, p_loss=p_loss, p_gain=p_gain)
+
+    approve = fixed_approve(scenario.p_loss, scenario.p_gain)
+    if not harmful:
+        return least_pairs_inside(scenario.p_loss, scenario.p_gain, margin=margin, approve=approve, alpha=plan.alpha)
+    planned = (plan.discordance / 2, plan.discordance / 2)
+    return least_pairs_harmful(
+        scenario.p_loss,
+        scenario.p_gain,
+        approve=max(plan.alpha, approve),
+        planned=planned,
+        planned_approve=fixed_approve(*planned),
+    )
 
 
 def _pair_design(plan: PowerPlan, sizes: list[int]) -> GroupSequentialDesign:
