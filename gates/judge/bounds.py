@@ -25,30 +25,17 @@ at best save.
 
 from __future__ import annotations
 
-import math
-
-from scipy import optimize
+from scipy import optimize, special
 
 
 def binary_divergence(x: float, y: float) -> float:
     """d(x ‖ y): the Kullback–Leibler divergence of Bernoulli(x) from Bernoulli(y)."""
-
-    def term(a: float, b: float) -> float:
-        return 0.0 if a <= 0 else a * math.log(a / b)
-
-    return term(x, y) + term(1 - x, 1 - y)
+    return float(special.rel_entr(x, y) + special.rel_entr(1 - x, 1 - y))
 
 
 def pair_divergence(p: tuple[float, float], q: tuple[float, float]) -> float:
     """KL(P ‖ Q) of one pair's outcome, each given as (p_loss, p_gain); ties are the rest."""
-    divergence = 0.0
-    for a, b in zip((p[0], 1 - p[0] - p[1], p[1]), (q[0], 1 - q[0] - q[1], q[1]), strict=True):
-        if a <= 0:
-            continue
-        if b <= 0:
-            return math.inf
-        divergence += a * math.log(a / b)
-    return divergence
+    return float(special.rel_entr((p[0], 1 - p[0] - p[1], p[1]), (q[0], 1 - q[0] - q[1], q[1])).sum())
 
 
 def divergence_from_margin(p_loss: float, p_gain: float, *, margin: float) -> float:

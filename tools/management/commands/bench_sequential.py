@@ -41,6 +41,7 @@ population of real paired outcomes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -280,11 +281,7 @@ class Command(BaseCommand):
 
 def _least_pairs(scenario: Scenario, margin: float, plan: PowerPlan, harmful: bool) -> float:
     """Wald's bound for this scenario at the fixed design's exact approve rates (``gates.judge.bounds``)."""
-
-    def fixed_approve(p_loss: float, p_gain: float) -> float:
-        return exact_power(plan.fixed_n, margin=margin, alpha=plan.alpha, p_loss=p_loss, p_gain=p_gain)
-
-    approve = fixed_approve(scenario.p_loss, scenario.p_gain)
+    approve = _fixed_approve(plan.fixed_n, margin, plan.alpha, scenario.p_loss, scenario.p_gain)
     if not harmful:
         return least_pairs_inside(scenario.p_loss, scenario.p_gain, margin=margin, approve=approve, alpha=plan.alpha)
     planned = (plan.discordance / 2, plan.discordance / 2)
@@ -293,8 +290,15 @@ def _least_pairs(scenario: Scenario, margin: float, plan: PowerPlan, harmful: bo
         scenario.p_gain,
         approve=max(plan.alpha, approve),
         planned=planned,
-        planned_approve=fixed_approve(*planned),
+        planned_approve=_fixed_approve(plan.fixed_n, margin, plan.alpha, *planned),
     )
+
+
+@functools.cache
+def _fixed_approve(n: int, margin: float, alpha: float, p_loss: float, p_gain: float) -> float:
+    """The fixed design's exact approve rate, once per plan and change: every harmful scenario asks
+    for the planned neutral change's (a quarter of a second at 2 points' 1,067 pairs)."""
+    return exact_power(n, margin=margin, alpha=alpha, p_loss=p_loss, p_gain=p_gain)
 
 
 def _pair_design(plan: PowerPlan, sizes: list[int]) -> GroupSequentialDesign:
