@@ -16,7 +16,7 @@ from gates.judge.power import (
     simulate_information,
     simulate_sequential,
 )
-from gates.judge.sequential import INFORMATION_LEVELS, decide_look, information_design, null_information
+from gates.judge.sequential import INFORMATION_LEVELS, POCOCK, decide_look, information_design, null_information
 
 
 @pytest.mark.parametrize(
@@ -125,3 +125,24 @@ def test_the_information_based_design_keeps_false_approvals_within_alpha(p_loss:
 @pytest.mark.parametrize(("p_loss", "p_gain"), [(0.025, 0.025), (0.035, 0.025)], ids=["unchanged", "half-margin"])
 def test_the_information_based_design_keeps_false_rejections_within_alpha(p_loss: float, p_gain: float) -> None:
     assert _information_run(p_loss, p_gain).reject <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / 4000)
+
+
+def test_one_sided_futility_stops_a_clear_regression_sooner_but_rejects_it_less_often() -> None:
+    """The variant the design search measures: futile whenever Z ≤ f_k, not only inside |Z| ≤ f_k."""
+    plan = plan_task(margin=0.02, discordance=0.05, alpha_spending=POCOCK)
+
+    def run(p_loss: float, seed: int, one_sided: bool) -> OperatingCharacteristics:
+        return simulate_sequential(
+            plan.design, plan.look_sizes, margin=0.02, p_loss=p_loss, p_gain=0.025, runs=2000,
+            rng=np.random.default_rng(seed), one_sided_futility=one_sided,
+        )  # fmt: skip
+
+    wedge, one_sided = run(0.025 + 0.04, 3, False), run(0.025 + 0.04, 3, True)
+    assert one_sided.mean_samples < 0.8 * wedge.mean_samples
+    assert one_sided.futile > wedge.futile + 0.2
+    assert one_sided.reject < wedge.reject - 0.2
+    assert one_sided.approve == wedge.approve == 0.0
+    # A neutral change is approved about as often: the one-sided stop ends only runs whose score has
+    # fallen below the futility bound, few of which would have recovered to the efficacy bound.
+    neutral = run(0.025, 4, False), run(0.025, 4, True)
+    assert neutral[1].approve == pytest.approx(neutral[0].approve, abs=0.03)

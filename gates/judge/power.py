@@ -253,11 +253,14 @@ def simulate_sequential(
     p_gain: float,
     runs: int,
     rng: np.random.Generator,
+    one_sided_futility: bool = False,
 ) -> OperatingCharacteristics:
     """Run the sequential design ``runs`` times on pairs drawn with these loss and gain rates.
 
     Applies the rules of ``sequential.decide_look`` (approve, reject, futile, continue; the last
-    look approves, rejects or is inconclusive), vectorised over runs.
+    look approves, rejects or is inconclusive), vectorised over runs. ``one_sided_futility``
+    measures a variant the judge does not use: stop as futile whenever Z ≤ f_k (approval has become
+    unlikely), not only inside the wedge |Z| ≤ f_k.
     """
     losses, gains = _counts(rng, sizes, runs, p_loss, p_gain)
     n = np.broadcast_to(np.asarray(sizes), losses.shape)
@@ -266,7 +269,8 @@ def simulate_sequential(
     futility = np.asarray(design.futility)
     approve = score >= efficacy
     reject = ~approve & rejects(harm_score(losses, gains, n, margin), (gains - losses) / n, efficacy, margin)
-    futile = (np.abs(score) <= futility) & ~approve & ~reject  # a look's rules in decide_look's order
+    futile_zone = score <= futility if one_sided_futility else np.abs(score) <= futility
+    futile = futile_zone & ~approve & ~reject  # a look's rules in decide_look's order
     futile[:, -1] = False
     stops = approve | reject | futile
     stops[:, -1] = True

@@ -37,6 +37,13 @@ approving the planned neutral change as often as the fixed design. Then the same
 resampled from recorded per-sample outcomes: the shipped kit's manifest lists, for every variant
 and suite, the samples it failed (its base model passes every one), so each variant/task is a
 population of real paired outcomes.
+
+``--search`` runs a declared grid of group-sequential designs instead (looks, alpha and beta
+spending, two- or one-sided futility, and stages of the shipped size as many as the plan's maximum
+needs) on the same scenarios, and prints per design the mean samples, approve rate, worst error
+rates and how often a regression of twice the margin is rejected, beside the fixed design's: the
+search for a standard design that meets issue 18's "≤ 50 % of the samples on average" while keeping
+the fixed design's error and approve rates.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import numpy as np
 from django.core.management.base import BaseCommand, CommandParser
 
 from evaluators.suites import get_suite
+from evaluators.suites.base import HELD_OUT_SIZE
 from gates.judge.bounds import least_pairs_harmful, least_pairs_inside
 from gates.judge.power import (
     DEFAULT_DISCORDANCE,
@@ -65,7 +73,14 @@ from gates.judge.power import (
     simulate_information,
     simulate_sequential,
 )
-from gates.judge.sequential import OBRIEN_FLEMING, POCOCK, GroupSequentialDesign, group_sequential_design
+from gates.judge.sequential import (
+    OBRIEN_FLEMING,
+    POCOCK,
+    GroupSequentialDesign,
+    Spending,
+    equally_spaced,
+    group_sequential_design,
+)
 from gates.judge.staged import planned_design
 from gates.policy.parse import load_policy
 from gates.policy.rules import SequentialRule
@@ -140,6 +155,9 @@ class Command(BaseCommand):
             "--alpha-spending", choices=sorted(SPENDING), help="for the plan-based designs; default: the policy's"
         )
         parser.add_argument("--seed", type=int, default=18)
+        parser.add_argument(
+            "--search", action="store_true", help="run the declared grid of designs instead (SEARCH_GRID)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         policy = load_policy(options["policy"])
@@ -155,6 +173,9 @@ class Command(BaseCommand):
                     margin_of[name], confidence_of[name] = rule.margin, rule.confidence
                     stage_of[name] = len(get_suite(name).load_samples())
         options["stage_of"] = stage_of
+        if options["search"]:
+            self._search(margin_of, confidence_of, stage_of, options, rng)
+            return
         plans: dict[float, PowerPlan] = {}
         for margin in sorted(set(margin_of.values())):
             confidence = min(c for t, c in confidence_of.items() if margin_of[t] == margin)
@@ -191,6 +212,134 @@ class Command(BaseCommand):
             margin = margin_of[task]
             rows.append(self._compare(task, scenario, margin, plans[margin], stage_of[task], options, rng))
         self._summary(rows)
+
+    def _search(
+        self,
+        margin_of: dict[str, float],
+        confidence_of: dict[str, float],
+        stage_of: dict[str, int],
+        options: dict[str, Any],
+        rng: np.random.Generator,
+    ) -> None:
+        runs, discordance, power = options["runs"], options["discordance"], options["power"]
+        confidence = {m: min(c for t, c in confidence_of.items() if margin_of[t] == m) for m in set(margin_of.values())}
+        alpha = {m: (1 - c) / 2 for m, c in confidence.items()}
+        cases = [
+            SearchCase(False, scenario, margin, min(stage_of[t] for t, m in margin_of.items() if m == margin))
+            for margin in sorted(confidence)
+            for scenario in simulated_scenarios(margin, discordance)
+        ] + [
+            SearchCase(True, scenario, margin_of[task], stage_of[task])
+            for task, scenario in recorded_scenarios(margin_of)
+        ]
+
+        @functools.cache
+        def plan(margin: float, variant: Variant) -> PowerPlan:
+            return plan_task(
+                margin=margin,
+                confidence=confidence[margin],
+                power=power,
+                discordance=discordance,
+                looks=variant.looks or options["looks"],
+                alpha_spending=variant.alpha_spending,
+                beta_spending=variant.beta_spending,
+            )
+
+        fixed_n = {m: plan(m, SEARCH_GRID[0]).fixed_n for m in confidence}
+        self.stdout.write(
+            f"design search: {len(SEARCH_GRID)} designs declared in SEARCH_GRID, {runs} runs per scenario; "
+            f"plans at {discordance:.0%} discordance, power {power:.0%}; fixed n "
+            + ", ".join(f"{fixed_n[m]} at {m * 100:g} points" for m in sorted(fixed_n))
+        )
+        fixed = [
+            simulate_fixed(
+                fixed_n[c.margin],
+                margin=c.margin,
+                confidence=1 - 2 * alpha[c.margin],
+                p_loss=c.scenario.p_loss,
+                p_gain=c.scenario.p_gain,
+                runs=runs,
+                rng=rng,
+            )
+            for c in cases
+        ]
+        fixed_simulated, fixed_recorded = self._both(cases, fixed, fixed_n)
+        summaries: list[tuple[Variant, SearchSummary, SearchSummary]] = []
+        for variant in SEARCH_GRID:
+            results = []
+            for case in cases:
+                planned = plan(case.margin, variant)
+                if variant.looks is None:
+                    pool = case.stage + HELD_OUT_SIZE
+                    stages = max(2, min(math.ceil(planned.max_n / case.stage), pool // case.stage))
+                    sizes: tuple[int, ...] = tuple(case.stage * (k + 1) for k in range(stages))
+                    design = group_sequential_design(
+                        equally_spaced(stages),
+                        alpha=planned.alpha,
+                        beta=1 - power,
+                        alpha_spending=variant.alpha_spending,
+                        beta_spending=variant.beta_spending,
+                    )
+                else:
+                    sizes, design = planned.look_sizes, planned.design
+                results.append(
+                    simulate_sequential(
+                        design,
+                        sizes,
+                        margin=case.margin,
+                        p_loss=case.scenario.p_loss,
+                        p_gain=case.scenario.p_gain,
+                        runs=runs,
+                        rng=rng,
+                        one_sided_futility=variant.one_sided_futility,
+                    )
+                )
+            summaries.append((variant, *self._both(cases, results, fixed_n)))
+        self.stdout.write(f"  {'fixed':<76} simulated: {fixed_simulated.text()}")
+        self.stdout.write(f"  {'':<76} recorded:  {fixed_recorded.text()}")
+        ranked = sorted(summaries, key=lambda item: item[1].samples)
+        for variant, simulated, recorded in ranked:
+            keeps = _keeps(simulated, fixed_simulated, runs) and _keeps(recorded, fixed_recorded, runs)
+            mark = "keeps the fixed rates" if keeps else "loses against fixed"
+            self.stdout.write(f"  {variant.label:<76} simulated: {simulated.text()}")
+            self.stdout.write(f"  {mark:<76} recorded:  {recorded.text()}")
+        kept = [(v, s, r) for v, s, r in ranked if _keeps(s, fixed_simulated, runs) and _keeps(r, fixed_recorded, runs)]
+        for label, chosen in (
+            ("keeping the fixed design's rates", kept),
+            (
+                f"keeping them and rejecting a regression of twice the margin in ≥ {REJECTS_TWICE:.0%} of runs at "
+                "every margin",
+                [item for item in kept if min(item[1].twice_rejected) >= REJECTS_TWICE],
+            ),
+        ):
+            if chosen:
+                variant, simulated, recorded = chosen[0]
+                self.stdout.write(
+                    f"best {label}: {variant.label} — samples {simulated.samples:.2f} simulated, "
+                    f"{recorded.samples:.2f} recorded"
+                )
+            else:
+                self.stdout.write(f"best {label}: none")
+        for source, samples in (
+            ("simulated", [s.samples for _, s, _ in kept]),
+            ("recorded", [r.samples for *_, r in kept]),
+        ):
+            met = [fraction for fraction in samples if fraction <= 0.5]
+            self.stdout.write(
+                f"designs keeping the fixed design's rates with ≤ 0.50 of its samples on {source} outcomes: "
+                f"{len(met)} of {len(SEARCH_GRID)}"
+            )
+
+    @staticmethod
+    def _both(
+        cases: list[SearchCase], results: list[OperatingCharacteristics], fixed_n: dict[float, int]
+    ) -> tuple[SearchSummary, SearchSummary]:
+        pick = [
+            [(c, r) for c, r in zip(cases, results, strict=True) if c.recorded == recorded]
+            for recorded in (False, True)
+        ]
+        simulated, recorded = (_summarize([c for c, _ in p], [r for _, r in p], fixed_n) for p in pick)
+        return simulated, recorded
 
     def _compare(
         self,
@@ -277,6 +426,106 @@ class Command(BaseCommand):
                     f"  {name:<9} {'least':<11} no design keeping the fixed design's approve rates and alpha can use "
                     f"fewer than {least:.2f} of fixed on average over these scenarios (Wald's bound)"
                 )
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One design of the search: its looks (``None``: stages of the task's shipped size, as many as
+    the plan's maximum needs within the pool), spending and futility rule."""
+
+    looks: int | None
+    alpha_spending: Spending
+    beta_spending: Spending | None
+    one_sided_futility: bool
+
+    @property
+    def label(self) -> str:
+        looks = "shipped-size stages to the plan's max" if self.looks is None else f"{self.looks} looks"
+        beta = _spending_name(self.beta_spending) if self.beta_spending else "no"
+        futility = "one-sided" if self.one_sided_futility else "two-sided"
+        return f"{looks}, {_spending_name(self.alpha_spending)} alpha, {beta} beta, {futility} futility"
+
+
+def _spending_name(spending: Spending) -> str:
+    return f"power {spending.rho:g}" if spending.kind == "power" else spending.kind.replace("_", "-")
+
+
+SPENDINGS = (OBRIEN_FLEMING, POCOCK, Spending("power", 0.5))
+BETA_SPENDINGS = (POCOCK, Spending("power", 0.5), Spending("power", 2.0))
+# Declared before any figure: looks at the plan's equal fractions (5, 10, 15), three alpha and three
+# beta spending functions, the judge's two-sided futility wedge or a one-sided futility stop; then
+# the deployed shape sized from the plan (Pocock-type, the policy's looks replaced by as many
+# shipped-size stages as the plan's maximum needs, at most the pool).
+SEARCH_GRID = (
+    *(
+        Variant(looks, alpha, beta, one_sided)
+        for looks in (5, 10, 15)
+        for alpha in SPENDINGS
+        for beta in BETA_SPENDINGS
+        for one_sided in (False, True)
+    ),
+    Variant(None, POCOCK, POCOCK, False),
+    Variant(None, POCOCK, POCOCK, True),
+)
+
+
+@dataclass(frozen=True)
+class SearchCase:
+    recorded: bool
+    scenario: Scenario
+    margin: float
+    stage: int  # the task's shipped size (for simulated outcomes: the smallest among the margin's tasks)
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    samples: float  # mean over the cases of mean pairs / fixed n
+    approve: float  # mean approve rate over the cases inside the margin
+    false_approve: float  # worst over the harmful cases
+    false_reject: float  # worst over the cases inside the margin
+    twice_rejected: tuple[float, ...]  # per margin: the share of runs rejecting a regression of twice it
+
+    def text(self) -> str:
+        twice = "/".join(f"{r:.0%}" for r in self.twice_rejected)
+        return (
+            f"samples {self.samples:.2f}, approve {self.approve:.2f}, false approve {self.false_approve:.3f}, "
+            f"false reject {self.false_reject:.3f}" + (f", twice the margin rejected {twice}" if twice else "")
+        )
+
+
+def _summarize(
+    cases: list[SearchCase], results: list[OperatingCharacteristics], fixed_n: dict[float, int]
+) -> SearchSummary:
+    harmful = [r for c, r in zip(cases, results, strict=True) if c.scenario.difference <= -c.margin + 1e-12]
+    inside = [r for c, r in zip(cases, results, strict=True) if c.scenario.difference > -c.margin + 1e-12]
+    twice = tuple(
+        r.reject for c, r in zip(cases, results, strict=True) if c.scenario.label.endswith("twice the margin")
+    )
+    return SearchSummary(
+        samples=float(np.mean([r.mean_samples / fixed_n[c.margin] for c, r in zip(cases, results, strict=True)])),
+        approve=float(np.mean([r.approve for r in inside])),
+        false_approve=max((r.approve for r in harmful), default=0.0),
+        false_reject=max(r.reject for r in inside),
+        twice_rejected=twice,
+    )
+
+
+# A design keeps the fixed design's rates when its worst false approve is within two Monte Carlo
+# standard errors of the fixed design's, its worst false reject no higher, and its approve rate
+# inside the margin at most two points lower.
+APPROVE_SLACK = 0.02
+# Issue 18 asks that a harmful change stops early *with reject*: the second ranking keeps only
+# designs that reject a regression of twice the margin in at least this share of runs.
+REJECTS_TWICE = 0.5
+
+
+def _keeps(design: SearchSummary, fixed: SearchSummary, runs: int) -> bool:
+    error = 2 * math.sqrt(0.025 * 0.975 / runs)
+    return (
+        design.false_approve <= fixed.false_approve + error
+        and design.false_reject <= fixed.false_reject + error
+        and design.approve >= fixed.approve - APPROVE_SLACK
+    )
 
 
 def _least_pairs(scenario: Scenario, margin: float, plan: PowerPlan, harmful: bool) -> float:
