@@ -13,10 +13,21 @@ from gates.judge.power import (
     null_variance,
     plan_task,
     planned_information,
+    shipped_first_sizes,
     simulate_information,
     simulate_sequential,
+    sized_design,
 )
-from gates.judge.sequential import INFORMATION_LEVELS, POCOCK, decide_look, information_design, null_information
+from gates.judge.sequential import (
+    INFORMATION_LEVELS,
+    POCOCK,
+    GroupSequentialDesign,
+    decide_look,
+    equally_spaced,
+    group_sequential_design,
+    information_design,
+    null_information,
+)
 
 
 @pytest.mark.parametrize(
@@ -146,3 +157,62 @@ def test_one_sided_futility_stops_a_clear_regression_sooner_but_rejects_it_less_
     # fallen below the futility bound, few of which would have recovered to the efficacy bound.
     neutral = run(0.025, 4, False), run(0.025, 4, True)
     assert neutral[1].approve == pytest.approx(neutral[0].approve, abs=0.03)
+
+
+def test_shipped_first_stages_reach_the_plans_maximum_within_the_pool() -> None:
+    """Stage one is the shipped suite; the stages after it are equal held-out blocks to the plan's
+    maximum, cut at the pool (2 points at 5 %: 1,577 planned, 1,100 exist)."""
+    assert shipped_first_sizes(318, shipped=100, looks=5, pool=1100) == (100, 155, 210, 265, 318)
+    assert shipped_first_sizes(1577, shipped=100, looks=5, pool=1100) == (100, 350, 600, 850, 1100)
+    assert shipped_first_sizes(404, shipped=200, looks=3, pool=1200) == (200, 302, 404)
+    # The shipped suite already holds the maximum: one look, the fixed test.
+    assert shipped_first_sizes(80, shipped=100, looks=5, pool=1100) == (100,)
+    # More looks than pairs to add: every stage adds at least one pair, none passes the maximum.
+    assert shipped_first_sizes(103, shipped=100, looks=6, pool=1100) == (100, 101, 102, 103)
+    with pytest.raises(ValueError, match="pool ≥ shipped"):
+        shipped_first_sizes(300, shipped=100, looks=5, pool=50)
+
+
+def test_a_sized_design_spends_all_alpha_at_its_last_look_and_scales_the_drift_to_it() -> None:
+    plan = plan_task(margin=0.02, discordance=0.05, alpha_spending=POCOCK, beta_spending=POCOCK)
+    sizes = shipped_first_sizes(plan.max_n, shipped=100, looks=5, pool=1100)
+    design = sized_design(plan, sizes)
+    assert design.info == pytest.approx([n / 1100 for n in sizes])
+    assert design.alpha_spent[-1] == pytest.approx(plan.alpha)
+    assert design.drift == pytest.approx(plan.design.drift * math.sqrt(1100 / plan.max_n))
+    uncut = sized_design(plan3 := plan_task(margin=0.05, discordance=0.05), (100, 155, 210, 265, plan3.max_n))
+    assert uncut.drift == pytest.approx(plan3.design.drift)
+
+
+@pytest.mark.parametrize(("p_loss", "p_gain"), [(0.02, 0.0), (0.045, 0.025)], ids=["losses-only", "with-gains"])
+def test_a_design_the_pool_cuts_short_keeps_false_approvals_within_alpha(p_loss: float, p_gain: float) -> None:
+    """A change exactly at the 2-point margin, judged at the shipped-first looks the pool allows."""
+    plan = plan_task(margin=0.02, discordance=0.05, alpha_spending=POCOCK, beta_spending=POCOCK)
+    sizes = shipped_first_sizes(plan.max_n, shipped=100, looks=5, pool=1100)
+    result = simulate_sequential(
+        sized_design(plan, sizes),
+        sizes,
+        margin=0.02,
+        p_loss=p_loss,
+        p_gain=p_gain,
+        runs=4000,
+        rng=np.random.default_rng(7),
+    )
+    assert result.approve <= 0.025 + 2 * math.sqrt(0.025 * 0.975 / 4000)
+
+
+def test_plan_sized_stages_approve_a_neutral_two_point_change_far_more_often_than_shipped_size_ones() -> None:
+    """The policy's five looks at 100, 200, … 500 pairs against the same looks sized from the plan:
+    a neutral change at the planned 5 % discordance, same draws."""
+    plan = plan_task(margin=0.02, discordance=0.05, alpha_spending=POCOCK, beta_spending=POCOCK)
+    sized = shipped_first_sizes(plan.max_n, shipped=100, looks=5, pool=1100)
+
+    def neutral(design: GroupSequentialDesign, sizes: tuple[int, ...]) -> OperatingCharacteristics:
+        return simulate_sequential(
+            design, sizes, margin=0.02, p_loss=0.025, p_gain=0.025, runs=2000, rng=np.random.default_rng(3)
+        )
+
+    five = group_sequential_design(equally_spaced(5), alpha=plan.alpha, beta=0.2, alpha_spending=POCOCK)
+    shipped = neutral(five, (100, 200, 300, 400, 500))
+    planned = neutral(sized_design(plan, sized), sized)
+    assert shipped.approve < 0.45 < 0.65 < planned.approve

@@ -134,6 +134,41 @@ def look_sizes(design: GroupSequentialDesign, max_n: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def shipped_first_sizes(max_n: int, *, shipped: int, looks: int, pool: int) -> tuple[int, ...]:
+    """Cumulative pairs at each look when stage one is the shipped suite and the ``looks − 1``
+    stages after it are equal blocks of held-out samples reaching the plan's ``max_n`` (at most
+    the ``pool`` of shipped plus held-out samples): the plan's looks as a staged evaluation can
+    take them. One look when the shipped suite already holds ``max_n``."""
+    if shipped < 1 or looks < 1 or pool < shipped:
+        raise ValueError(f"need shipped ≥ 1, looks ≥ 1 and pool ≥ shipped, got {shipped}, {looks}, {pool}")
+    last = min(max_n, pool)
+    if last <= shipped or looks == 1:
+        return (shipped,)
+    stage = math.ceil((last - shipped) / (looks - 1))
+    sizes = [shipped]
+    while sizes[-1] < last:
+        sizes.append(min(sizes[-1] + stage, last))
+    return tuple(sizes)
+
+
+def sized_design(plan: PowerPlan, sizes: Sequence[int]) -> GroupSequentialDesign:
+    """The plan's spending at looks after ``sizes`` pairs, the last look final (all alpha spent).
+
+    Information fractions are the pairs over the last look's; the drift is the plan's scaled to
+    that maximum (√(last / max_n)), so a design the pool cuts short keeps futility boundaries for
+    the effect it can actually see rather than stopping as futile against the planned one.
+    """
+    design, last = plan.design, sizes[-1]
+    return group_sequential_design(
+        tuple(n / last for n in sizes),
+        alpha=design.alpha,
+        beta=design.beta,
+        alpha_spending=design.alpha_spending,
+        beta_spending=design.beta_spending,
+        drift=design.drift * math.sqrt(min(1.0, last / plan.max_n)),
+    )
+
+
 def plan_task(
     *,
     margin: float,

@@ -18,6 +18,11 @@ margin — and runs both designs on them at the policy's alpha:
 * **deployed**: what the policy's own ``sequential`` section runs (``gates.judge.staged``): its
   ``looks`` stages of the suite's shipped size (100 samples; 200 for compliance_qa), boundaries by
   its spending at the pairs over looks × stage size — whatever the margin's plan says.
+* **plan-sized stages**: the policy's looks and spending as a staged evaluation could take the
+  plan's: stage one the shipped suite, the stages after it equal blocks of held-out samples up to
+  the plan's maximum (at most the pool), all alpha spent at the last look
+  (``power.shipped_first_sizes``, ``power.sized_design``). Not what the judge runs: what sizing the
+  held-out stages from the plan would give.
 
 The fixed design's sample size is the one a gate without sequential testing commits to in advance:
 the plan's fixed n at the policy's margin and confidence, the power and the *planned* discordance
@@ -69,9 +74,11 @@ from gates.judge.power import (
     exact_power,
     plan_task,
     planned_information,
+    shipped_first_sizes,
     simulate_fixed,
     simulate_information,
     simulate_sequential,
+    sized_design,
 )
 from gates.judge.sequential import (
     OBRIEN_FLEMING,
@@ -143,6 +150,7 @@ class Row:
     staged: OperatingCharacteristics
     information: OperatingCharacteristics
     deployed: OperatingCharacteristics
+    sized: OperatingCharacteristics  # the policy's looks, stage one shipped, the rest sized from the plan
     fixed_n: int
     least: float  # the fewest mean pairs any design keeping the fixed design's approve rates could use
 
@@ -212,6 +220,13 @@ class Command(BaseCommand):
             )
             # The deployed design's stage is the suite's shipped size: the smallest among this margin's tasks.
             stage = min(stage_of[t] for t, m in margin_of.items() if m == margin)
+            sized = shipped_first_sizes(
+                plan.max_n, shipped=stage, looks=policy.sequential.looks, pool=stage + HELD_OUT_SIZE
+            )
+            self.stdout.write(
+                f"  deployed looks {[stage * (k + 1) for k in range(policy.sequential.looks)]}; "
+                f"plan-sized stages (the shipped suite, then held-out stages to the plan's maximum) {list(sized)}"
+            )
             for scenario in simulated_scenarios(margin, options["discordance"]):
                 rows.append(self._compare("simulated", scenario, margin, plan, stage, options, rng))
         self.stdout.write("\nresampled from the kit's recorded per-sample outcomes (kit/manifest.json):")
@@ -288,6 +303,10 @@ class Command(BaseCommand):
                         alpha_spending=variant.alpha_spending,
                         beta_spending=variant.beta_spending,
                     )
+                elif variant.shipped_first:
+                    pool = case.stage + HELD_OUT_SIZE
+                    sizes = shipped_first_sizes(planned.max_n, shipped=case.stage, looks=variant.looks, pool=pool)
+                    design = sized_design(planned, sizes)
                 else:
                     sizes, design = planned.look_sizes, planned.design
                 results.append(
@@ -377,6 +396,9 @@ class Command(BaseCommand):
         rule: SequentialRule = options["sequential"]
         deployed_sizes = [deployed_stage * (k + 1) for k in range(rule.looks)]
         deployed = simulate_sequential(planned_design(rule, 1 - 2 * plan.alpha), deployed_sizes, rng=rng, **common)
+        pool = deployed_stage + HELD_OUT_SIZE
+        sized_sizes = shipped_first_sizes(plan.max_n, shipped=deployed_stage, looks=rule.looks, pool=pool)
+        sized = simulate_sequential(sized_design(plan, sized_sizes), sized_sizes, rng=rng, **common)
         harmful = scenario.harmful(margin)
         error = "approve" if harmful else "reject"
         least = _least_pairs(scenario, margin, plan, harmful)
@@ -394,6 +416,7 @@ class Command(BaseCommand):
             ("pairs at stages", staged),
             ("information-based", information),
             (f"deployed ({rule.looks}×{deployed_stage})", deployed),
+            ("plan-sized stages", sized),
         ):
             self.stdout.write(
                 f"  {'':<48} {name:<18} false {error} {rate(result):.3f} | approve {result.approve:.2f} reject "
@@ -404,7 +427,7 @@ class Command(BaseCommand):
             f"  {'':<48} {'least possible':<18} {least:.0f} = {least / plan.fixed_n:.2f} of fixed (Wald's bound at "
             "the fixed design's approve rates)"
         )
-        return Row(source, harmful, fixed, sequential, staged, information, deployed, plan.fixed_n, least)
+        return Row(source, harmful, fixed, sequential, staged, information, deployed, sized, plan.fixed_n, least)
 
     def _summary(self, rows: list[Row]) -> None:
         self.stdout.write(
@@ -423,6 +446,7 @@ class Command(BaseCommand):
                 ("at stages", lambda r: r.staged),
                 ("information", lambda r: r.information),
                 ("deployed", lambda r: r.deployed),
+                ("plan-sized", lambda r: r.sized),
             ):
                 approve = max((pick(r).approve for r in harmful), default=0.0)
                 reject = max((pick(r).reject for r in neutral), default=0.0)
@@ -449,10 +473,13 @@ class Variant:
     alpha_spending: Spending
     beta_spending: Spending | None
     one_sided_futility: bool
+    shipped_first: bool = False  # stage one the shipped suite, then equal stages to the plan's max
 
     @property
     def label(self) -> str:
         looks = "shipped-size stages to the plan's max" if self.looks is None else f"{self.looks} looks"
+        if self.shipped_first:
+            looks += ", shipped suite first"
         beta = _spending_name(self.beta_spending) if self.beta_spending else "no"
         futility = "one-sided" if self.one_sided_futility else "two-sided"
         return f"{looks}, {_spending_name(self.alpha_spending)} alpha, {beta} beta, {futility} futility"
@@ -478,6 +505,14 @@ SEARCH_GRID = (
     ),
     Variant(None, POCOCK, POCOCK, False),
     Variant(None, POCOCK, POCOCK, True),
+    # Added on 2026-12-06, after the figures above: the plan's looks as a staged evaluation can take
+    # them (stage one the shipped suite, then equal held-out stages to the plan's maximum), with the
+    # policy's Pocock spending and the best two-sided design that still rejected twice the margin.
+    *(
+        Variant(looks, alpha, alpha, False, shipped_first=True)
+        for looks in (5, 10)
+        for alpha in (POCOCK, Spending("power", 0.5))
+    ),
 )
 
 
