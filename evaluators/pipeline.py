@@ -151,11 +151,12 @@ def quality_phase(
 
 def profile_samples(suite: Suite, profile: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The samples a profile asks quality on: a stage's (``stage`` ≥ 2: held-out samples, as many
-    as ``stage_size`` or the shipped file), the first ``quality_samples`` shipped ones, or all
-    (None) — a performance-only measurement may ask for a handful."""
+    as the suite's entry in ``stage_sizes``, else ``stage_size``, else the shipped file), the first
+    ``quality_samples`` shipped ones, or all (None) — a performance-only measurement may ask for a
+    handful."""
     stage = profile.get("stage")
     if stage and int(stage) > 1:
-        size = profile.get("stage_size")
+        size = (profile.get("stage_sizes") or {}).get(suite.slug) or profile.get("stage_size")
         return suite.stage_samples(int(stage), int(size) if size else None)
     limit = profile.get("quality_samples")
     if not limit:

@@ -517,7 +517,7 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
 
 
 # Profile keys that decide which answers a run has: how lm-eval asked, and on which samples.
-QUALITY_KEYS = ("quality_concurrency", "quality_samples", "stage", "stage_size")
+QUALITY_KEYS = ("quality_concurrency", "quality_samples", "stage", "stage_size", "stage_sizes")
 
 
 def _reusable_quality(run: EvaluationRun, task: str) -> tuple[int, list[pipeline.SampleOutcome]] | None:

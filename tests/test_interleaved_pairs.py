@@ -455,6 +455,19 @@ def test_a_stage_profile_asks_that_stages_held_out_samples() -> None:
     assert pipeline.profile_samples(suite, {"stage": 1}) is None  # stage one is the shipped file
 
 
+def test_a_stage_profile_names_each_tasks_own_stage_size() -> None:
+    """Planned stages: one pair, each task its own block of held-out samples (stage 3 of 250 is
+    held-out 250..499), a task the mapping does not name the shipped size."""
+    profile = {"stage": 3, "stage_sizes": {"dataagent_nl2sql": 250, "cs_summary": 55}}
+    sql = pipeline.profile_samples(pipeline.get_suite("dataagent_nl2sql"), profile)
+    summary = pipeline.profile_samples(pipeline.get_suite("cs_summary"), profile)
+    other = pipeline.profile_samples(pipeline.get_suite("knowledge_qa"), profile)
+    assert sql is not None and summary is not None and other is not None
+    assert (len(sql), sql[0]["id"], sql[-1]["id"]) == (250, "dataagent_nl2sql-h0251", "dataagent_nl2sql-h0500")
+    assert (len(summary), summary[0]["id"]) == (55, "cs_summary-h0056")
+    assert (len(other), other[0]["id"]) == (100, "knowledge_qa-h0101")
+
+
 def test_a_stage_pair_answers_its_held_out_samples_only_and_measures_no_load(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[list[str]] = []
 

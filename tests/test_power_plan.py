@@ -93,6 +93,20 @@ def test_it_plans_each_task_with_plan_task_at_the_policys_margins(draft: Release
     compliance = plan.tasks[1].to_dict()
     # 2 points at the assumed 5 %: more than the 1,200 compliance samples, but only assumed, so no refusal.
     assert (compliance["max_n"], compliance["settleable"], compliance["refused"]) == (1402, False, False)
+    # Where the staged evaluation looks: five stages of the shipped 200 (policy stage_size: shipped).
+    assert compliance["stage_looks"] == [200, 400, 600, 800, 1000]
+
+
+def test_the_plan_shows_the_looks_of_planned_stages(draft: ReleaseTicket, tmp_path: Path) -> None:
+    """Under ``sequential.stage_size: planned`` the plan shows the stages the evaluation will ask
+    for: the shipped suite, then four equal held-out blocks to the policy design's maximum (1,577
+    pairs at 5 % for 2 points, 318 for 5, with Pocock-type spending), at most the pool."""
+    text = Path(load_policy("default").source or "").read_text()
+    path = tmp_path / "planned.yaml"
+    path.write_text(text.replace("  power: 0.8\n", "  power: 0.8\n  stage_size: planned\n"))
+    plan = stored_ticket_plan(ticket=draft, policy=load_policy(str(path)))
+    looks = {task.task: task.stage_looks for task in plan.tasks}
+    assert looks == {"knowledge_qa": (100, 155, 210, 265, 320), "compliance_qa": (200, 450, 700, 950, 1200)}
 
 
 def test_the_discordance_comes_from_the_baselines_history_when_it_has_two_measured_runs(baseline: Backend) -> None:
@@ -307,6 +321,7 @@ def test_the_api_shows_the_plan_and_the_schema_names_it(
         1402,
         [281, 561, 842, 1122, 1402],
     )
+    assert sql["stage_looks"] == [100, 200, 300, 400, 500]  # where default@6's staged evaluation looks
     assert body["max_engine_s"] == pytest.approx(sum(t["max_engine_s"] for t in body["tasks"]))
     schema = api_for(rita).get("/api/schema/?format=json").json()
     plan_schema = schema["paths"]["/api/v1/tickets/{id}/plan/"]["get"]["responses"]["200"]

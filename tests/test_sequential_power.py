@@ -162,13 +162,14 @@ def test_one_sided_futility_stops_a_clear_regression_sooner_but_rejects_it_less_
 def test_shipped_first_stages_reach_the_plans_maximum_within_the_pool() -> None:
     """Stage one is the shipped suite; the stages after it are equal held-out blocks to the plan's
     maximum, cut at the pool (2 points at 5 %: 1,577 planned, 1,100 exist)."""
-    assert shipped_first_sizes(318, shipped=100, looks=5, pool=1100) == (100, 155, 210, 265, 318)
+    assert shipped_first_sizes(318, shipped=100, looks=5, pool=1100) == (100, 155, 210, 265, 320)
     assert shipped_first_sizes(1577, shipped=100, looks=5, pool=1100) == (100, 350, 600, 850, 1100)
     assert shipped_first_sizes(404, shipped=200, looks=3, pool=1200) == (200, 302, 404)
     # The shipped suite already holds the maximum: one look, the fixed test.
     assert shipped_first_sizes(80, shipped=100, looks=5, pool=1100) == (100,)
-    # More looks than pairs to add: every stage adds at least one pair, none passes the maximum.
-    assert shipped_first_sizes(103, shipped=100, looks=6, pool=1100) == (100, 101, 102, 103)
+    # Equal blocks, the last rounded up past the maximum, never past the pool.
+    assert shipped_first_sizes(103, shipped=100, looks=6, pool=1100) == (100, 101, 102, 103, 104, 105)
+    assert shipped_first_sizes(5000, shipped=100, looks=4, pool=1100) == (100, 433, 766, 1099)
     with pytest.raises(ValueError, match="pool ≥ shipped"):
         shipped_first_sizes(300, shipped=100, looks=5, pool=50)
 
@@ -180,7 +181,7 @@ def test_a_sized_design_spends_all_alpha_at_its_last_look_and_scales_the_drift_t
     assert design.info == pytest.approx([n / 1100 for n in sizes])
     assert design.alpha_spent[-1] == pytest.approx(plan.alpha)
     assert design.drift == pytest.approx(plan.design.drift * math.sqrt(1100 / plan.max_n))
-    uncut = sized_design(plan3 := plan_task(margin=0.05, discordance=0.05), (100, 155, 210, 265, plan3.max_n))
+    uncut = sized_design(plan3 := plan_task(margin=0.05, discordance=0.05), (100, 155, 210, 265, 318))
     assert uncut.drift == pytest.approx(plan3.design.drift)
 
 

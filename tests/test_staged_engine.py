@@ -2,13 +2,13 @@
 its pass-rate guardrail through held-out stages instead of waiting on *needs evidence* for ever.
 
 One task (dataagent_nl2sql, a 2-point margin; the default policy's Pocock-type design of five
-looks): the first interleaved pair measures everything, then ``ticket_check`` asks for a quality-only
-stage on held-out samples, executed by the worker's own path (``run_execute`` → ``pair_execute``).
-No answer differs (greedy decoding over the same weights), but 200 pairs cannot show 2 points
-(score 2.02 against 2.41), and this evaluation may take two stages: *needs evidence*, asking for
-the next stage. Evaluated again, the ticket adds stage 3 to the same paired evidence, and look 3
-settles it at 300 pairs (2.47). Every stage after the first takes both engines the pair before it
-kept warm (``evaluators.warm``) instead of starting them again.
+looks, its stages sized from the power plan: ``sequential.stage_size: planned``). The first
+interleaved pair measures everything; no answer differs (greedy decoding over the same weights),
+but 100 pairs cannot show 2 points, and this evaluation may take one stage: *needs evidence*.
+Evaluated again, ``ticket_evaluate`` asks for stage 2 on the plan's block of 250 held-out samples,
+executed by the worker's own path (``run_execute`` → ``pair_execute``) with both engines the first
+pair kept warm (``evaluators.warm``), and look 2 settles it at 350 pairs (score 2.67 against
+2.41), where stages of the shipped 100 took three looks.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def _run_stage(ticket: Any) -> EvaluationStage:
 def test_a_seed_only_change_evaluated_again_gains_a_stage_and_settles(
     kit: Kit, settings: Any, erin: User, tmp_path: Any
 ) -> None:
-    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 2")
+    staged_policy_file(
+        tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1\n  stage_size: planned"
+    )
     # This test is about the quality stages, so the task is judged on its pass rate alone: a
     # ticket the timing already rejects is judged at once, since no quality stage could change
     # that (a seed-only change's promised speed-up confidently absent, or — in one CI run over
@@ -90,14 +92,14 @@ def test_a_seed_only_change_evaluated_again_gains_a_stage_and_settles(
         _run_stage(ticket)
         outcome = evaluation.ticket_check(ticket_id=ticket.pk)
 
-    # This evaluation's two stages are spent: needs evidence, naming the stage that would settle it.
+    # This evaluation's one stage is spent: needs evidence on the shipped 100 pairs.
     waited = decision_current(ticket=ticket)
     assert waited is not None and outcome == "needs_evidence", waited and waited.reasons
     waiting = next(m for m in waited.verdicts[TASK]["metrics"] if m["metric"] == "pass_rate")
-    assert waiting["status"] == "inconclusive" and waiting["n"] == 200 and waiting["details"]["look"] == 2
-    assert waiting["samples_needed"] == 100
+    assert waiting["status"] == "inconclusive" and waiting["n"] == 100
+    assert not EvaluationStage.objects.filter(ticket=ticket).exists()
 
-    # Evaluate again: the same paired evidence gains stage 3 (no new first pair), and settles.
+    # Evaluate again: the same paired evidence gains stage 2 (no new first pair), and settles.
     ticket.refresh_from_db()
     evaluation.ticket_evaluate(ticket_id=ticket.pk)
     ticket.refresh_from_db()
@@ -123,8 +125,10 @@ def test_a_seed_only_change_evaluated_again_gains_a_stage_and_settles(
     print("\n".join(decision.reasons))
     # Quality settled: whatever the ticket still waits for is timing, never the pass rate.
     assert outcome != "needs_evidence" or not any("pass rate" in reason for reason in decision.reasons)
-    assert [s.number for s in stages] == [2, 3]
-    assert guardrail["status"] == "pass" and guardrail["n"] == 300 and guardrail["details"]["look"] == 3
+    assert [s.number for s in stages] == [2]
+    assert stages[0].candidate_run.load_profile["stage_sizes"] == {TASK: 250}
+    assert SampleRecord.objects.filter(run=stages[0].candidate_run, task=TASK).count() == 250
+    assert guardrail["status"] == "pass" and guardrail["n"] == 350 and guardrail["details"]["look"] == 2
     assert decision.pk != waited.pk
     assert guardrail["details"]["losses"] == guardrail["details"]["gains"] == 0
     pgids = {run.pk: run.attempts.get().engine_pgid for run in (base_run, cand_run)}

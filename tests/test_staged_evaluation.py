@@ -19,7 +19,8 @@ from evaluators import pipeline
 from evaluators import services as run_services
 from evaluators.interleave import BASELINE, CANDIDATE
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
-from gates.judge.staged import may_continue, staged_guardrails, task_looks
+from gates.judge.records import MetricVerdict
+from gates.judge.staged import may_continue, staged_guardrails, staged_verdict, task_looks, task_stage_sizes
 from gates.models import EvaluationStage, GateDecision, ReleaseTicket, TicketStatus
 from gates.policy.parse import load_policy, validate_policy_text
 from gates.policy.rules import POLICY_DIR, PolicyError
@@ -42,6 +43,8 @@ pytestmark = pytest.mark.django_db
 SQL, SUMMARY = "dataagent_nl2sql", "cs_summary"
 # 90 of the 100 shipped samples pass on both sides: a seed-only change, no discordant pair.
 GOOD = [True] * 90 + [False] * 10
+# The looks of five stages of the shipped size (the default policy's `stage_size: shipped`).
+SHIPPED_SIZES = (100, 200, 300, 400, 500)
 
 
 @pytest.fixture
@@ -70,15 +73,18 @@ def _ticket(
 
 
 def _answer(stage: EvaluationStage, candidate: dict[str, list[bool]] | None = None) -> None:
-    """Finish the stage's pair as the worker would: per task, 100 held-out answers on each side."""
+    """Finish the stage's pair as the worker would: per task, as many held-out answers on each side
+    as the stage's profile names (9 in 10 passing on both sides unless ``candidate`` says)."""
     for run, side in ((stage.baseline_run, "baseline"), (stage.candidate_run, "candidate")):
         run.refresh_from_db()
         run.move(RunStatus.RUNNING)
         for task in stage.tasks:
-            passed = (candidate or {}).get(task, GOOD) if side == "candidate" else GOOD
+            size = run.load_profile["stage_sizes"][task]
+            good = GOOD if size == len(GOOD) else [i % 10 != 9 for i in range(size)]
+            passed = (candidate or {}).get(task, good) if side == "candidate" else good
             TaskResult.objects.create(run=run, task=task, suite_version=run.suite_versions[task])
             SampleRecord.objects.bulk_create(
-                SampleRecord(run=run, task=task, sample_id=f"{task}-h{stage.number}{i:03d}", passed=ok, score=float(ok))
+                SampleRecord(run=run, task=task, sample_id=f"{task}-h{stage.number}{i:04d}", passed=ok, score=float(ok))
                 for i, ok in enumerate(passed)
             )
         run.move(RunStatus.SUCCEEDED)
@@ -445,18 +451,18 @@ def test_looks_pool_stages_by_sample_id_and_replan_a_short_stage_on_its_observed
     policy = obrien_fleming_default()
     guardrail = staged_guardrails(policy.tasks[SQL])[0]
     same = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": True for i in range(100)}) for k in range(4)]
-    looks = task_looks(policy.sequential, guardrail, same, 100)
+    looks = task_looks(policy.sequential, guardrail, same, SHIPPED_SIZES)
     assert [look.outcome for look in looks.looks] == ["continue", "continue", "continue", "approve"]
     assert looks.design.info == (0.2, 0.4, 0.6, 0.8, 1.0)
     # A second stage that answered 50 samples: look 2 sits at 150 of 500 pairs, the later looks stay.
     short = [same[0], ({f"t{i}": True for i in range(50)}, {f"t{i}": True for i in range(50)})]
-    replanned = task_looks(policy.sequential, guardrail, short, 100)
+    replanned = task_looks(policy.sequential, guardrail, short, SHIPPED_SIZES)
     assert replanned.design.info == (0.2, 0.3, 0.6, 0.8, 1.0) and replanned.last.n == 150
     assert replanned.design.drift == pytest.approx(looks.design.drift)
     assert replanned.design.efficacy[0] == pytest.approx(looks.design.efficacy[0])
     # Samples answered on one side only do not pair.
     with pytest.raises(ValueError, match="stage 2 has no paired sample"):
-        task_looks(policy.sequential, guardrail, [same[0], ({"a": True}, {"b": True})], 100)
+        task_looks(policy.sequential, guardrail, [same[0], ({"a": True}, {"b": True})], SHIPPED_SIZES)
 
 
 def test_observed_information_settles_a_seed_only_change_no_later_than_counting_pairs() -> None:
@@ -468,13 +474,15 @@ def test_observed_information_settles_a_seed_only_change_no_later_than_counting_
     same = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": True for i in range(100)}) for k in range(5)]
     for task, pairs_stage, observed_stage in (("cs_summary", 3, 2), ("tool_calling", 3, 3), (SQL, 4, 4)):
         guardrail = staged_guardrails(policy.tasks[task])[0]
-        by_pairs = [task_looks(policy.sequential, guardrail, same[:k], 100).last.outcome for k in range(1, 6)]
-        by_information = [task_looks(observed, guardrail, same[:k], 100).last for k in range(1, observed_stage + 1)]
+        by_pairs = [task_looks(policy.sequential, guardrail, same[:k], SHIPPED_SIZES).last.outcome for k in range(1, 6)]
+        by_information = [
+            task_looks(observed, guardrail, same[:k], SHIPPED_SIZES).last for k in range(1, observed_stage + 1)
+        ]
         assert by_pairs.index("approve") + 1 == pairs_stage, task
         assert [look.outcome for look in by_information] == ["continue"] * (observed_stage - 1) + ["approve"], task
     # cs_summary's second stage: 200 pairs carry 200 / (0.05 · 0.95) of information, past the plan's
     # maximum (283 pairs at 5 % discordance): the last look, at the last grid level.
-    summary = task_looks(observed, staged_guardrails(policy.tasks["cs_summary"])[0], same[:2], 100)
+    summary = task_looks(observed, staged_guardrails(policy.tasks["cs_summary"])[0], same[:2], SHIPPED_SIZES)
     assert summary.last.information == 1.0 and summary.last.looks == 2 and not may_continue(summary)
     assert summary.last.alpha_spent == pytest.approx(0.025)
 
@@ -486,9 +494,9 @@ def test_with_observed_information_a_change_losing_many_answers_is_rejected_a_st
     policy = obrien_fleming_default()
     guardrail = staged_guardrails(policy.tasks[SQL])[0]
     losing = [({f"s{k}-{i}": True for i in range(100)}, {f"s{k}-{i}": i >= 30 for i in range(100)}) for k in range(2)]
-    assert task_looks(policy.sequential, guardrail, losing[:1], 100).last.outcome == "reject"
+    assert task_looks(policy.sequential, guardrail, losing[:1], SHIPPED_SIZES).last.outcome == "reject"
     observed = replace(policy.sequential, information="observed")
-    first, second = (task_looks(observed, guardrail, losing[:k], 100).last for k in (1, 2))
+    first, second = (task_looks(observed, guardrail, losing[:k], SHIPPED_SIZES).last for k in (1, 2))
     assert (first.outcome, first.information) == ("continue", 0.05)
     assert first.harm_bound == pytest.approx(-9.96, abs=0.01) and first.statistic == pytest.approx(-5.24, abs=0.01)
     assert second.outcome == "reject" and second.statistic <= second.harm_bound
@@ -568,3 +576,132 @@ def test_under_the_default_design_ten_lost_sql_answers_in_a_hundred_are_rejected
     harm = sql["details"]["harm_statistic"]
     assert harm <= -sql["details"]["efficacy_bound"] and sql["effect"] < -0.02
     assert "worse than half the margin (score against a 1-point loss −" in sql["reason"], sql["reason"]
+
+
+# --- stages sized from the power plan (sequential.stage_size: planned) ----------------------------
+
+
+@pytest.fixture
+def planned_stages(tmp_path: Path, settings: Any) -> None:
+    """The default policy's Pocock-type design, its stages after the first sized from the plan."""
+    staged_policy_file(tmp_path, settings, "  power: 0.8\n", "  power: 0.8\n  stage_size: planned\n")
+
+
+def test_planned_stages_ask_each_task_for_its_own_block_and_settle_a_seed_only_change_at_look_2(
+    planned_stages: None,
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """At 5 % planned discordance the 2-point SQL plan needs 1,577 pairs (the pool holds 1,100: four
+    stages of 250), the 5-point summary's 318 (four of 55). Shipped-size stages would take SQL to
+    look 3 at 300 pairs and never past 500."""
+    ticket = _ticket(erin, baseline, candidate)
+    assert _check(ticket, django_capture_on_commit_callbacks) is None
+    stage = _last_stage(ticket)
+    assert (stage.number, stage.tasks) == (2, [SUMMARY, SQL])
+    assert stage.candidate_run.load_profile["stage_sizes"] == {SUMMARY: 55, SQL: 250}
+    assert stage.baseline_run.load_profile["stage_sizes"] == {SUMMARY: 55, SQL: 250}
+    requested = LedgerEntry.objects.get(kind="ticket.stage_requested", subject_id=str(ticket.pk))
+    assert requested.payload["stage_sizes"] == {SUMMARY: 55, SQL: 250}
+    assert requested.payload["looks"][SQL]["pass_rate"]["outcome"] == "continue"
+    # The worker draws exactly those blocks of held-out samples for the stage.
+    profile = stage.candidate_run.load_profile
+    assert len(pipeline.profile_samples(pipeline.get_suite(SQL), profile) or []) == 250
+
+    _answer(stage)
+    # Look 2: SQL at 350 pairs and the summary at 155, no discordant pair: both approve at once.
+    assert _check(ticket, django_capture_on_commit_callbacks) == "approve"
+    assert EvaluationStage.objects.filter(ticket=ticket).count() == 1
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    sql = decision.stages["tasks"][SQL]["guardrails"]["pass_rate"]
+    assert sql["planned_sizes"] == [100, 350, 600, 850, 1100]
+    assert [(look["n"], look["outcome"]) for look in sql["looks"]] == [(100, "continue"), (350, "approve")]
+    summary = decision.stages["tasks"][SUMMARY]["guardrails"]["pass_rate"]
+    assert summary["planned_sizes"] == [100, 155, 210, 265, 320]
+    assert [(look["n"], look["outcome"]) for look in summary["looks"]] == [(100, "continue"), (155, "approve")]
+    assert ledger_verify().ok
+
+
+def test_under_planned_stages_a_needs_evidence_ticket_asks_for_the_planned_stage_and_settles_on_it(
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    design = "stages_per_evaluation: 5\n  alpha_spending: pocock\n  futility: pocock\n  power: 0.8\n"
+    one_stage = design.replace("per_evaluation: 5", "per_evaluation: 1") + "  stage_size: planned\n"
+    staged_policy_file(tmp_path, settings, design, one_stage)
+    ticket = _ticket(erin, baseline, candidate)
+    assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    # Look 1 would continue: the first stage's fixed judgement stands (decides()), still open.
+    sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert sql["n"] == 100 and sql["status"] == "inconclusive"
+
+    evaluation.evaluation_request(ticket=ReleaseTicket.objects.get(pk=ticket.pk), actor=erin)
+    with django_capture_on_commit_callbacks(execute=True):
+        evaluation.ticket_evaluate(ticket_id=ticket.pk)
+    stage = _last_stage(ticket)
+    assert stage.number == 2 and stage.candidate_run.load_profile["stage_sizes"] == {SUMMARY: 55, SQL: 250}
+    _answer(stage)
+    assert _check(ticket, django_capture_on_commit_callbacks) == "approve"
+    settled = decision_current(ticket=ticket)
+    assert settled is not None
+    sql = next(m for m in settled.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert sql["status"] == "pass" and sql["n"] == 350 and sql["details"]["look"] == 2
+
+
+def test_planned_stages_need_the_pairs_information() -> None:
+    text = (POLICY_DIR / "default.yaml").read_text().replace("  power: 0.8\n", "  power: 0.8\n  stage_size: planned\n")
+    assert validate_policy_text(text).sequential.stage_size == "planned"
+    with pytest.raises(PolicyError, match=r"sequential\.stage_size.*information: pairs"):
+        validate_policy_text(text.replace("stage_size: planned", "stage_size: planned\n  information: observed"))
+    with pytest.raises(PolicyError, match=r"sequential\.stage_size: must be one of shipped, planned"):
+        validate_policy_text(text.replace("stage_size: planned", "stage_size: huge"))
+
+
+def test_a_planned_look_that_continues_names_the_next_planned_stage() -> None:
+    """SQL with 3 losses and 3 gains per stage: look 2 at 350 pairs (score 1.81 against 2.41)
+    continues, and the verdict asks for the 250 samples of stage 3, not the shipped 100."""
+    policy = load_policy("default")
+    rule = replace(policy.sequential, stage_size="planned")
+    guardrails = staged_guardrails(policy.tasks[SQL])
+    sizes = task_stage_sizes(rule, guardrails, shipped=100, pool=1100, discordance=0.05)
+    assert sizes == (100, 350, 600, 850, 1100)
+
+    def stage(k: int, n: int) -> tuple[dict[str, bool], dict[str, bool]]:
+        base = {f"s{k}-{i}": i not in (3, 4, 5) for i in range(n)}
+        return base, {f"s{k}-{i}": i not in (0, 1, 2) for i in range(n)}
+
+    looks = task_looks(rule, guardrails[0], [stage(1, 100), stage(2, 250)], sizes)
+    assert [(look.n, look.outcome) for look in looks.looks] == [(100, "continue"), (350, "continue")]
+    assert looks.last.statistic == pytest.approx(1.81, abs=0.01) and looks.last.efficacy_bound == pytest.approx(
+        2.41, abs=0.01
+    )
+    assert looks.design.info == pytest.approx([n / 1100 for n in sizes]) and looks.stage_size == 250
+    fixed = MetricVerdict(
+        task=SQL,
+        metric="pass_rate",
+        kind="guardrail",
+        status="inconclusive",
+        n=100,
+        baseline=0.97,
+        candidate=0.97,
+        effect=0.0,
+        interval=(-0.03, 0.03),
+        test="the fixed design's",
+        reason="the fixed design's",
+    )
+    verdict = staged_verdict(fixed, looks, budget_spent=True)
+    assert verdict.samples_needed == 250 and "the next stage would add 250 samples" in verdict.reason
+    # Shipped-size stages would have stopped this task at 500 pairs: its fifth look is the last.
+    shipped = task_stage_sizes(policy.sequential, guardrails, shipped=100, pool=1100, discordance=0.05)
+    assert shipped == (100, 200, 300, 400, 500)

@@ -158,6 +158,11 @@ class TaskPlanSerializer(serializers.Serializer):
     fixed_n = serializers.IntegerField(help_text="pairs one fixed-size run needs")
     max_n = serializers.IntegerField(help_text="pairs the sequential design needs at most")
     look_sizes = serializers.ListField(child=serializers.IntegerField(), help_text="cumulative pairs at each look")
+    stage_looks = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="cumulative pairs at which the policy's staged evaluation looks (sequential.stage_size); "
+        "empty when it judges one fixed stage",
+    )
     expected_n = serializers.FloatField(help_text="pairs expected for a change that is truly neutral")
     shipped_samples = serializers.IntegerField()
     suite_size = serializers.IntegerField(help_text="shipped plus held-out samples available")

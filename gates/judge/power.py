@@ -136,19 +136,16 @@ def look_sizes(design: GroupSequentialDesign, max_n: int) -> tuple[int, ...]:
 
 def shipped_first_sizes(max_n: int, *, shipped: int, looks: int, pool: int) -> tuple[int, ...]:
     """Cumulative pairs at each look when stage one is the shipped suite and the ``looks − 1``
-    stages after it are equal blocks of held-out samples reaching the plan's ``max_n`` (at most
-    the ``pool`` of shipped plus held-out samples): the plan's looks as a staged evaluation can
-    take them. One look when the shipped suite already holds ``max_n``."""
+    stages after it are equal blocks of held-out samples (what a worker draws: block ``k`` of one
+    size) reaching the plan's ``max_n``, rounded up to whole blocks, within the ``pool`` of shipped
+    plus held-out samples. One look when the shipped suite already holds ``max_n``."""
     if shipped < 1 or looks < 1 or pool < shipped:
         raise ValueError(f"need shipped ≥ 1, looks ≥ 1 and pool ≥ shipped, got {shipped}, {looks}, {pool}")
     last = min(max_n, pool)
     if last <= shipped or looks == 1:
         return (shipped,)
-    stage = math.ceil((last - shipped) / (looks - 1))
-    sizes = [shipped]
-    while sizes[-1] < last:
-        sizes.append(min(sizes[-1] + stage, last))
-    return tuple(sizes)
+    stage = max(1, min(math.ceil((last - shipped) / (looks - 1)), (pool - shipped) // (looks - 1)))
+    return tuple(size for k in range(looks) if (size := shipped + stage * k) <= pool)
 
 
 def sized_design(plan: PowerPlan, sizes: Sequence[int]) -> GroupSequentialDesign:

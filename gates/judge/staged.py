@@ -2,8 +2,9 @@
 
 The statistics are :mod:`gates.judge.sequential`'s; this module applies them to a ticket's stages.
 A stage is one interleaved pair of runs on the same samples (stage one the shipped suite, each
-further stage held-out samples of the same size); its per-sample outcomes are pooled with the
-earlier stages' by sample id, and look ``k`` is decided on the cumulative counts of stages 1..k.
+further stage a block of held-out samples: as many as the shipped suite, or sized from the power
+plan, policy ``sequential.stage_size``); its per-sample outcomes are pooled with the earlier
+stages' by sample id, and look ``k`` is decided on the cumulative counts of stages 1..k.
 
 Pure functions, no database: ``gates.selectors.stages`` reads the outcomes, the services decide
 what to do with the looks (request the next stage, or judge).
@@ -15,7 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gates.judge.power import DEFAULT_DISCORDANCE, plan_task, planned_information
+from gates.judge.power import (
+    DEFAULT_DISCORDANCE,
+    PowerPlan,
+    plan_task,
+    planned_information,
+    shipped_first_sizes,
+    sized_design,
+)
 from gates.judge.records import MetricVerdict
 from gates.judge.sequential import (
     INFORMATION_LEVELS,
@@ -65,6 +73,34 @@ def planned_design(rule: SequentialRule, confidence: float) -> GroupSequentialDe
     )
 
 
+def guardrail_plan(rule: SequentialRule, guardrail: MetricRule, discordance: float) -> PowerPlan:
+    """The power plan a planned-stage design is sized from: the guardrail's margin and confidence,
+    the policy's power, looks and spending, at ``discordance`` (the policy's default: the design
+    is the policy's, whatever was measured since)."""
+    planned = planned_design(rule, guardrail.confidence)
+    return plan_task(
+        margin=float(guardrail.margin or 0.0),
+        confidence=guardrail.confidence,
+        power=rule.power,
+        discordance=discordance,
+        looks=rule.looks,
+        alpha_spending=planned.alpha_spending,
+        beta_spending=planned.beta_spending,
+    )
+
+
+def task_stage_sizes(
+    rule: SequentialRule, guardrails: Sequence[MetricRule], *, shipped: int, pool: int, discordance: float
+) -> tuple[int, ...]:
+    """Cumulative paired samples at each of a task's looks: ``rule.looks`` stages of the ``shipped``
+    size, or (``stage_size: planned``) the shipped suite then equal held-out stages reaching the
+    plan's maximum of the guardrail needing the most pairs, within the ``pool``."""
+    if rule.stage_size != "planned" or not guardrails:
+        return tuple(shipped * (k + 1) for k in range(rule.looks))
+    most = max(guardrail_plan(rule, g, discordance).max_n for g in guardrails)
+    return shipped_first_sizes(most, shipped=shipped, looks=rule.looks, pool=pool)
+
+
 @dataclass(frozen=True)
 class StagedLooks:
     """Every look of one guardrail of one task so far, with the design they were decided under."""
@@ -73,8 +109,9 @@ class StagedLooks:
     label: str
     design: GroupSequentialDesign
     looks: tuple[LookDecision, ...]
-    stage_size: int
+    stage_size: int  # the held-out samples the next stage adds
     rates: tuple[float, float]  # pooled baseline and candidate pass rates over the paired samples
+    sizes: tuple[int, ...] = ()  # the cumulative pairs each look was planned at
 
     @property
     def last(self) -> LookDecision:
@@ -86,6 +123,7 @@ class StagedLooks:
             "metric": self.metric,
             "label": self.label,
             "stage_size": self.stage_size,
+            "planned_sizes": list(self.sizes),
             "design": {
                 "looks": design.looks,
                 "alpha": design.alpha,
@@ -100,21 +138,31 @@ class StagedLooks:
 
 
 def task_looks(
-    rule: SequentialRule, guardrail: MetricRule, stages: Sequence[StageOutcomes], stage_size: int
+    rule: SequentialRule,
+    guardrail: MetricRule,
+    stages: Sequence[StageOutcomes],
+    sizes: Sequence[int],
+    *,
+    discordance: float = DEFAULT_DISCORDANCE,
 ) -> StagedLooks:
-    """Look k on the pooled counts of stages 1..k, for each of ``stages`` (at most ``rule.looks``).
+    """Look k on the pooled counts of stages 1..k, for each of ``stages`` (at most one per planned
+    size in ``sizes``, :func:`task_stage_sizes`).
 
-    The looks' information fractions are the pairs observed so far over the design's maximum
-    (``looks`` × ``stage_size``), the looks still to come where they were planned, and the drift
-    the planned design's: Lan–DeMets, a look that came out at another count leaves the earlier
-    boundaries as they were. A stage with no pair in common adds no information and is refused.
+    The looks' information fractions are the pairs observed so far over the design's maximum (the
+    last planned size), the looks still to come where they were planned, and the drift the planned
+    design's: Lan–DeMets, a look that came out at another count leaves the earlier boundaries as
+    they were. A stage with no pair in common adds no information and is refused.
     """
     if not stages:
         raise ValueError("a staged task needs at least its first stage")
-    if len(stages) > rule.looks:
-        raise ValueError(f"{len(stages)} stages are more than the design's {rule.looks} looks")
+    sizes = tuple(sizes)
+    if len(stages) > len(sizes):
+        raise ValueError(f"{len(stages)} stages are more than the design's {len(sizes)} looks")
     margin = float(guardrail.margin or 0.0)
-    planned = planned_design(rule, guardrail.confidence)
+    if rule.stage_size == "planned":
+        planned = sized_design(guardrail_plan(rule, guardrail, discordance), sizes)
+    else:
+        planned = planned_design(rule, guardrail.confidence)
     counts: list[tuple[int, int, int]] = []
     losses = gains = n = base_passed = cand_passed = 0
     for number, (base, cand) in enumerate(stages, start=1):
@@ -128,12 +176,14 @@ def task_looks(
         n += len(common)
         counts.append((losses, gains, n))
     rates = (base_passed / n, cand_passed / n)
+    taken = len(counts)
+    next_stage = sizes[taken] - sizes[taken - 1] if taken < len(sizes) else 0  # none after the last look
     if rule.information == "observed":
         design, looks = _observed_looks(rule, guardrail.confidence, counts, margin)
-        return StagedLooks(guardrail.metric, guardrail.label, design, looks, stage_size, rates)
+        return StagedLooks(guardrail.metric, guardrail.label, design, looks, next_stage, rates, sizes)
     # Stages larger than planned (evidence brought in from elsewhere) stretch the maximum, so the
     # looks to come stay where they were planned relative to it.
-    maximum = max(rule.looks * stage_size, n * rule.looks / len(counts))
+    maximum = max(sizes[-1], n * sizes[-1] / sizes[taken - 1])
     observed = [c[2] / maximum for c in counts]
     info = tuple(observed + list(planned.info[len(observed) :]))
     if info == planned.info:
@@ -150,7 +200,7 @@ def task_looks(
     looks = tuple(
         decide_look(design, k, losses=b, gains=c, n=m, margin=margin) for k, (b, c, m) in enumerate(counts, start=1)
     )
-    return StagedLooks(guardrail.metric, guardrail.label, design, looks, stage_size, rates)
+    return StagedLooks(guardrail.metric, guardrail.label, design, looks, next_stage, rates, sizes)
 
 
 def _observed_looks(

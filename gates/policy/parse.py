@@ -34,6 +34,7 @@ from gates.policy.rules import (
     QUANTIZATION_MECHANISMS,
     REFUSE_UNSETTLEABLE_CHOICES,
     SPENDING_CHOICES,
+    STAGE_SIZE_CHOICES,
     TASK_NAME,
     BottleneckRule,
     CanaryRule,
@@ -358,7 +359,16 @@ def _canary(v: _Validator, raw: Any) -> CanaryRule:
 def _sequential(v: _Validator, raw: Any) -> SequentialRule:
     if raw is None:
         return SequentialRule()  # no section: the fixed design, as every policy before default@5
-    keys = {"enabled", "looks", "stages_per_evaluation", "alpha_spending", "futility", "power", "information"}
+    keys = {
+        "enabled",
+        "looks",
+        "stages_per_evaluation",
+        "alpha_spending",
+        "futility",
+        "power",
+        "information",
+        "stage_size",
+    }
     raw = v.mapping(raw, "sequential", keys)
     looks = v.integer(raw.get("looks"), "sequential.looks", 2, 5, high=MAX_LOOKS)
     per_evaluation = v.integer(
@@ -373,6 +383,11 @@ def _sequential(v: _Validator, raw: Any) -> SequentialRule:
     information = v.string(raw.get("information"), "sequential.information", "pairs")
     if information not in INFORMATION_CHOICES:
         v.error("sequential.information", f"must be one of {', '.join(INFORMATION_CHOICES)}")
+    stage_size = v.string(raw.get("stage_size"), "sequential.stage_size", "shipped")
+    if stage_size not in STAGE_SIZE_CHOICES:
+        v.error("sequential.stage_size", f"must be one of {', '.join(STAGE_SIZE_CHOICES)}")
+    elif stage_size == "planned" and information == "observed":
+        v.error("sequential.stage_size", "planned stages are judged on their pairs: needs information: pairs")
     return SequentialRule(
         enabled=v.boolean(raw.get("enabled"), "sequential.enabled", True),
         looks=looks,
@@ -381,6 +396,7 @@ def _sequential(v: _Validator, raw: Any) -> SequentialRule:
         futility=futility,
         power=v.number(raw.get("power"), "sequential.power", 0.5, 0.99, 0.8),
         information=information,
+        stage_size=stage_size,
     )
 
 

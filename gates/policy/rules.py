@@ -156,6 +156,7 @@ class PowerPlanRule:
 SPENDING_CHOICES = ("obrien_fleming", "pocock")
 FUTILITY_CHOICES = ("pocock", "obrien_fleming", "none")
 INFORMATION_CHOICES = ("pairs", "observed")
+STAGE_SIZE_CHOICES = ("shipped", "planned")
 # Stage sizes are the shipped suite's (100 samples; 200 for compliance_qa), and the held-out pool
 # holds 1,000 more: six stages fit every suite.
 MAX_LOOKS = 6
@@ -179,7 +180,12 @@ class SequentialRule:
     * ``information``: what a look's information fraction counts — ``pairs`` (the pairs over
       ``looks`` × stage size) or ``observed`` (the score's observed information over what that
       many pairs carry at the planned discordance, so a change with few discordant pairs settles
-      in fewer stages; docs/sequential.md).
+      in fewer stages; docs/sequential.md);
+    * ``stage_size``: how large the stages after the first are — ``shipped`` (as many held-out
+      samples as the shipped suite, whatever the margin) or ``planned`` (stage one the shipped
+      suite, then ``looks − 1`` equal held-out stages reaching the power plan's maximum at
+      ``power_plan.discordance_default``, at most the pool: a 2-point margin gets stages of 250
+      where ``shipped`` gives it 100, and the power its plan promised; ``power.shipped_first_sizes``).
     """
 
     enabled: bool = False
@@ -189,6 +195,7 @@ class SequentialRule:
     futility: str = "pocock"
     power: float = 0.8
     information: str = "pairs"
+    stage_size: str = "shipped"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from evaluators.models import EvaluationAttempt, RunSource, RunStatus, SampleRec
 from evaluators.suites import get_suite
 from evaluators.suites.base import HELD_OUT_SIZE
 from gates.judge.power import PowerPlan, plan_task
+from gates.judge.staged import staged_guardrails, task_stage_sizes
 from gates.models import ReleaseTicket
 from gates.policy.metrics import METRIC_SPECS
 from gates.policy.rules import MetricRule, Policy
@@ -56,6 +57,7 @@ class TaskPlan:
     seconds_source: str
     power: PowerPlan
     refused: bool  # not settleable, and the policy refuses on this discordance source
+    stage_looks: tuple[int, ...] = ()  # the pairs the staged evaluation looks at (policy ``sequential``)
 
     @property
     def message(self) -> str:
@@ -85,6 +87,7 @@ class TaskPlan:
             "fixed_n": plan.fixed_n,
             "max_n": plan.max_n,
             "look_sizes": list(plan.look_sizes),
+            "stage_looks": list(self.stage_looks),
             "expected_n": round(plan.expected_n, 1),
             "shipped_samples": self.shipped_samples,
             "suite_size": self.suite_size,
@@ -244,6 +247,17 @@ def _power(
 # --- the plan ----------------------------------------------------------------------------------
 
 
+def _stage_looks(policy: Policy, task: str, shipped: int, pool: int) -> tuple[int, ...]:
+    """The cumulative pairs at which the policy's staged evaluation will look at ``task``, as
+    ``gates.selectors.stages`` sizes them (empty: one fixed stage)."""
+    rule, task_policy = policy.sequential, policy.task(task)
+    guardrails = staged_guardrails(task_policy) if task_policy else []
+    if not rule.enabled or not guardrails:
+        return ()
+    discordance = policy.power_plan.discordance_default
+    return task_stage_sizes(rule, guardrails, shipped=shipped, pool=pool, discordance=discordance)
+
+
 def ticket_plan(*, policy: Policy, baseline: Backend, tasks: Iterable[tuple[str, str]]) -> TicketPlan:
     """The power plan for ``tasks`` ((slug, role) pairs) against ``baseline`` under ``policy``."""
     rule = policy.power_plan
@@ -290,6 +304,7 @@ def ticket_plan(*, policy: Policy, baseline: Backend, tasks: Iterable[tuple[str,
                 seconds_source=seconds_source,
                 power=power,
                 refused=refuses and not power.settleable,
+                stage_looks=_stage_looks(policy, task, shipped, suite_size),
             )
         )
     return TicketPlan(

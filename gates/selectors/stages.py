@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord
 from evaluators.suites import get_suite
-from gates.judge.staged import StagedTask, StageOutcomes, staged_guardrails, task_looks
+from evaluators.suites.base import HELD_OUT_SIZE
+from gates.judge.staged import StagedTask, StageOutcomes, staged_guardrails, task_looks, task_stage_sizes
 from gates.models import EvaluationStage, GateDecision, ReleaseTicket
 from gates.policy.rules import Policy
 
@@ -80,9 +81,13 @@ def ticket_staged(ticket: ReleaseTicket, policy: Policy, tasks: Iterable[str]) -
         if not all(_usable(base) and _usable(cand) for base, cand in pairs):
             continue
         outcomes: list[StageOutcomes] = [(_passed(b.pk, task), _passed(c.pk, task)) for b, c in pairs if b and c]
-        if not all(set(base) & set(cand) for base, cand in outcomes) or len(outcomes) > rule.looks:
+        shipped = len(get_suite(task).load_samples())
+        discordance = policy.power_plan.discordance_default
+        sizes = task_stage_sizes(
+            rule, guardrails, shipped=shipped, pool=shipped + HELD_OUT_SIZE, discordance=discordance
+        )
+        if not all(set(base) & set(cand) for base, cand in outcomes) or len(outcomes) > len(sizes):
             continue
-        size = len(get_suite(task).load_samples())
-        looks = {g.metric: task_looks(rule, g, outcomes, size) for g in guardrails}
+        looks = {g.metric: task_looks(rule, g, outcomes, sizes, discordance=discordance) for g in guardrails}
         staged[task] = StagedTask(looks, budget_spent=budget_spent)
     return staged

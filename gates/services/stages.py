@@ -1,9 +1,10 @@
 """Staged evaluation: ask for the next stage of a ticket's evidence for the tasks still unsettled.
 
 A stage after the first is one more interleaved pair of quality-only runs on the suite's held-out
-samples of that stage (``evaluators.suites``: stage ``k`` is the ``(k-1)``-th block of as many
-held-out samples as the shipped file has). Which tasks get it, and when the ticket is judged
-instead, is decided by ``gates.services.evaluation`` from the looks (``gates.selectors.stages``).
+samples of that stage (``evaluators.suites``: stage ``k`` is the ``(k-1)``-th block of the task's
+stage size — the shipped file's, or the power plan's under ``sequential.stage_size: planned`` —
+named per task in the runs' profile). Which tasks get it, and when the ticket is judged instead,
+is decided by ``gates.services.evaluation`` from the looks (``gates.selectors.stages``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,21 @@ from gates.services.dispatch import enqueue_runs
 from ledger.services import ledger_append
 
 
-def stage_profile(number: int) -> dict[str, Any]:
-    """The load profile of stage ``number`` ≥ 2: the worker's quality settings, answers only."""
-    return {**dict(settings.OPTGATE_LOAD_PROFILE), "quality_only": True, "stage": number}
+def stage_profile(number: int, sizes: Mapping[str, int]) -> dict[str, Any]:
+    """The load profile of stage ``number`` ≥ 2: the worker's quality settings, answers only, on
+    ``sizes[task]`` held-out samples per task."""
+    return {
+        **dict(settings.OPTGATE_LOAD_PROFILE),
+        "quality_only": True,
+        "stage": number,
+        "stage_sizes": dict(sizes),
+    }
+
+
+def next_stage_sizes(staged: Mapping[str, StagedTask], tasks: list[str]) -> dict[str, int]:
+    """Per task, the held-out samples its next stage adds (its design's, the same for every
+    guardrail of the task)."""
+    return {task: max(looks.stage_size for looks in staged[task].guardrails.values()) for task in tasks}
 
 
 def _looks_summary(staged: Mapping[str, StagedTask]) -> dict[str, dict[str, Any]]:
@@ -61,8 +74,9 @@ def stage_request(
     if first_run is None:
         raise ValueError(f"ticket #{ticket.pk} has no first pair to add a stage to")
     number = 2 + len(series_stages(ticket))
+    sizes = next_stage_sizes(staged, tasks)
     base_run, cand_run = run_services.pair_request(
-        baseline=ticket.baseline, candidate=ticket.candidate, tasks=tasks, load_profile=stage_profile(number)
+        baseline=ticket.baseline, candidate=ticket.candidate, tasks=tasks, load_profile=stage_profile(number, sizes)
     )
     try:
         with transaction.atomic(durable=True):
@@ -90,6 +104,7 @@ def stage_request(
                 payload={
                     "stage": number,
                     "tasks": list(tasks),
+                    "stage_sizes": sizes,
                     "baseline_run": base_run.pk,
                     "candidate_run": cand_run.pk,
                     "first_run": first_run,

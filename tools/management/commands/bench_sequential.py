@@ -15,14 +15,14 @@ margin — and runs both designs on them at the policy's alpha:
   plan's maximum rounded up to whole stages (``power.simulate_information``, what
   ``gates.judge.staged`` does under ``sequential.information: observed``).
 
-* **deployed**: what the policy's own ``sequential`` section runs (``gates.judge.staged``): its
-  ``looks`` stages of the suite's shipped size (100 samples; 200 for compliance_qa), boundaries by
-  its spending at the pairs over looks × stage size — whatever the margin's plan says.
-* **plan-sized stages**: the policy's looks and spending as a staged evaluation could take the
-  plan's: stage one the shipped suite, the stages after it equal blocks of held-out samples up to
-  the plan's maximum (at most the pool), all alpha spent at the last look
-  (``power.shipped_first_sizes``, ``power.sized_design``). Not what the judge runs: what sizing the
-  held-out stages from the plan would give.
+* **deployed**: what the policy's own ``sequential`` section runs (``gates.judge.staged``): under
+  ``stage_size: shipped`` its ``looks`` stages of the suite's shipped size (100 samples; 200 for
+  compliance_qa), boundaries by its spending at the pairs over looks × stage size — whatever the
+  margin's plan says; under ``stage_size: planned`` the plan-sized stages below.
+* **plan-sized stages**: the policy's looks and spending with stages sized from the plan: stage
+  one the shipped suite, the stages after it equal blocks of held-out samples up to the plan's
+  maximum (at most the pool), all alpha spent at the last look (``power.shipped_first_sizes``,
+  ``power.sized_design``; what ``sequential.stage_size: planned`` runs).
 
 The fixed design's sample size is the one a gate without sequential testing commits to in advance:
 the plan's fixed n at the policy's margin and confidence, the power and the *planned* discordance
@@ -223,9 +223,10 @@ class Command(BaseCommand):
             sized = shipped_first_sizes(
                 plan.max_n, shipped=stage, looks=policy.sequential.looks, pool=stage + HELD_OUT_SIZE
             )
+            shipped = [stage * (k + 1) for k in range(policy.sequential.looks)]
             self.stdout.write(
-                f"  deployed looks {[stage * (k + 1) for k in range(policy.sequential.looks)]}; "
-                f"plan-sized stages (the shipped suite, then held-out stages to the plan's maximum) {list(sized)}"
+                f"  looks of shipped-size stages {shipped}; of plan-sized stages (the shipped suite, then "
+                f"held-out stages to the plan's maximum) {list(sized)}; the policy's: {policy.sequential.stage_size}"
             )
             for scenario in simulated_scenarios(margin, options["discordance"]):
                 rows.append(self._compare("simulated", scenario, margin, plan, stage, options, rng))
@@ -394,11 +395,15 @@ class Command(BaseCommand):
         staged_sizes = [min(stage_size * (k + 1), plan.max_n) for k in range(stages)]
         staged = simulate_sequential(_pair_design(plan, staged_sizes), staged_sizes, rng=rng, **common)
         rule: SequentialRule = options["sequential"]
-        deployed_sizes = [deployed_stage * (k + 1) for k in range(rule.looks)]
-        deployed = simulate_sequential(planned_design(rule, 1 - 2 * plan.alpha), deployed_sizes, rng=rng, **common)
         pool = deployed_stage + HELD_OUT_SIZE
         sized_sizes = shipped_first_sizes(plan.max_n, shipped=deployed_stage, looks=rule.looks, pool=pool)
         sized = simulate_sequential(sized_design(plan, sized_sizes), sized_sizes, rng=rng, **common)
+        if rule.stage_size == "planned":  # the policy itself sizes its stages from the plan
+            deployed = sized
+        else:
+            deployed_sizes = [deployed_stage * (k + 1) for k in range(rule.looks)]
+            shipped_design = planned_design(rule, 1 - 2 * plan.alpha)
+            deployed = simulate_sequential(shipped_design, deployed_sizes, rng=rng, **common)
         harmful = scenario.harmful(margin)
         error = "approve" if harmful else "reject"
         least = _least_pairs(scenario, margin, plan, harmful)
@@ -415,7 +420,7 @@ class Command(BaseCommand):
         for name, result in (
             ("pairs at stages", staged),
             ("information-based", information),
-            (f"deployed ({rule.looks}×{deployed_stage})", deployed),
+            (f"deployed ({rule.stage_size})", deployed),
             ("plan-sized stages", sized),
         ):
             self.stdout.write(
