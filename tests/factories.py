@@ -336,12 +336,16 @@ def captured_tasks() -> Iterator[dict[str, mock.MagicMock]]:
         yield sent
 
 
-def staged_policy_file(tmp_path: Path, settings: Any, old: str = "", new: str = "") -> None:
+def staged_policy_file(
+    tmp_path: Path, settings: Any, old: str = "", new: str = "", *, stage_size: str = "planned"
+) -> None:
     """Judge under a copy of the default policy with staged evaluation on (whatever the shipped
-    file says) and ``old`` replaced by ``new``."""
+    file says), its stages sized ``stage_size`` (the default policy's: planned), and ``old``
+    replaced by ``new``."""
     text = (POLICY_DIR / "default.yaml").read_text()
-    assert "sequential:\n  enabled:" in text and old in text
+    assert "sequential:\n  enabled:" in text and old in text and "  stage_size: planned\n" in text
     text = text.replace("sequential:\n  enabled: false", "sequential:\n  enabled: true").replace(old, new)
+    text = text.replace("  stage_size: planned\n", f"  stage_size: {stage_size}\n")
     path = tmp_path / "policy.yaml"
     path.write_text(text)
     settings.OPTGATE_GATE_POLICY = str(path)

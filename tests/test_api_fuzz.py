@@ -168,7 +168,7 @@ def seeded(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pyte
                     "runs": list(EvaluationRun.objects.values_list("pk", flat=True)),
                     "ledger": list(LedgerEntry.objects.values_list("pk", flat=True)[:20]),
                     "task-types": list(TaskType.objects.values_list("slug", flat=True)),
-                    "policies": ["default", "default@6"],
+                    "policies": ["default", "default@7"],
                     "users": list(User.objects.values_list("username", flat=True)),
                 }
             )

@@ -167,7 +167,7 @@ def test_no_errors_on_either_side_pass_only_with_enough_requests_to_show_it() ->
 
 def test_the_default_policy_carries_the_canary_section() -> None:
     policy = load_policy("default")
-    assert policy.version_label == "default@6"
+    assert policy.version_label == "default@7"
     rule = policy.canary
     assert rule.interval_minutes == 5 and rule.min_requests == 1000 and not rule.auto_rollback
     critical = {signal.metric for signal in rule.signals if signal.critical}

@@ -116,7 +116,7 @@ def test_the_decision_table_is_the_summary_with_numbers_as_people_read_them(
     assert set(by_task) == {"cs_summary", "dataagent_nl2sql"}
     assert by_task["dataagent_nl2sql"].split()[1:4] == ["risk", "fail", "200"]
     # The failed check's numbers, in percent and points with their interval, not raw fractions.
-    assert "91.0% → 81.0% (−10.0 pts, CI −16.4 to −5.9 pts)" in by_task["dataagent_nl2sql"]
+    assert "91.0% → 81.0% (−10.0 pts, CI −17.2 to −5.6 pts)" in by_task["dataagent_nl2sql"]
     assert "ms" in by_task["cs_summary"] and not re.search(r"\d\.\d{4,}", output)
     # The blocking finding is printed once; the next action closes the summary.
     finding = next(m for m in stored.verdicts["dataagent_nl2sql"]["metrics"] if m["status"] == "fail")

@@ -3,7 +3,7 @@
 The demo runs once per session in its own folder (SQLite database, file broker, logs) with real
 workers, a real web server, vLLM-on-CPU and a real Prometheus (``tests/demo_evidence.py``); this
 checks what DEMO.md promises a new user: the shipped kit used as it is, three tickets decided on
-measured evidence in stages (policy ``demo``: default@6 with a short canary), prefix caching
+measured evidence in stages (policy ``demo``: default@7 with a short canary), prefix caching
 approved, the low-bit candidate stopped at the first look with its failing samples kept, the
 approved ticket taken through a measured canary to promotion, the ledger verified.
 """
@@ -61,7 +61,7 @@ def test_the_demo_decides_its_three_tickets_on_measured_evidence(demo_evidence: 
 def test_the_demos_tickets_are_decided_in_stages_that_stop_as_soon_as_the_evidence_settles(
     demo_evidence: DemoEvidence,
 ) -> None:
-    """Default@6's staged design on real engines: prefix caching changes no answer, and one held-out
+    """Default@7's staged design on real engines: prefix caching changes no answer, and one held-out
     stage settles both its margins (look 2); the low-bit weights' broken summaries are rejected at
     the first look, without a held-out stage; the n-gram ticket is judged at once on its failed
     speed-up (nothing a quality stage measures could change that)."""

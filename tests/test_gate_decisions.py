@@ -26,7 +26,7 @@ def test_it_approves_from_stored_runs_and_keeps_everything_it_judged(erin: Any, 
     ticket = scenario("approve", erin, baseline, candidate)
     decision = decisions.decision_make(ticket=ticket)
     assert decision.outcome == "approve", decision.reasons
-    assert decision.policy_version == "default@6" and decision.dry_run is False
+    assert decision.policy_version == "default@7" and decision.dry_run is False
     assert (decision.baseline_run_id, decision.candidate_run_id) == (ticket.baseline_run_id, ticket.candidate_run_id)
     assert set(decision.verdicts) == {"cs_summary", "code_assistant"}
     assert decision.verdicts["cs_summary"]["status"] == "pass" and decision.verdicts["cs_summary"]["metrics"]
@@ -127,7 +127,7 @@ def test_each_decision_is_ledgered_and_the_chain_verifies(erin: Any, baseline: A
     decision = decisions.decision_make(ticket=ticket)
     entry = LedgerEntry.objects.get(kind="gate.decision")
     assert entry.payload["decision"] == decision.pk and entry.payload["outcome"] == "restrict"
-    assert entry.payload["policy_version"] == "default@6"
+    assert entry.payload["policy_version"] == "default@7"
     assert entry.payload["proposed_routes"] == {"cs_summary": "candidate", "knowledge_qa": "baseline"}
     kinds = list(LedgerEntry.objects.filter(subject_id=str(ticket.pk)).order_by("seq").values_list("kind", flat=True))
     assert kinds[-2:] == ["gate.decision", "ticket.evaluated"]
@@ -216,7 +216,7 @@ def test_the_decision_reads_on_the_ticket_api(
     response = api_for(olga).get(f"/api/v1/tickets/{ticket.pk}/decision/")
     assert response.status_code == 200
     assert response.data["id"] == decision.pk and response.data["outcome"] == "restrict"
-    assert response.data["policy_version"] == "default@6"
+    assert response.data["policy_version"] == "default@7"
     assert response.data["proposed_routes"]["knowledge_qa"] == "baseline"
     assert response.data["sign_offs"] == [] and response.data["history"] == []
     assert api_for(None).get(f"/api/v1/tickets/{ticket.pk}/decision/").status_code == 401

@@ -54,7 +54,7 @@ def test_every_task_carries_goodput_and_tail_latency_guardrails() -> None:
         assert guarded >= PERFORMANCE_GUARDRAILS, task
         # P99 over a task's 100 requests is one or two of them: reported, not yet deciding.
         assert "e2e_p99" in {rule.metric for rule in DEFAULT.task(task).tradeable}, task  # type: ignore[union-attr]
-    assert DEFAULT.version_label == "default@6"
+    assert DEFAULT.version_label == "default@7"
 
 
 def test_an_unchanged_risk_task_passes_its_performance_guardrails() -> None:

@@ -39,16 +39,16 @@ def test_it_lists_the_policies_in_the_repository(api_for: Any, olga: Any) -> Non
     response = api_for(olga).get("/api/v1/policies/")
     assert response.status_code == 200
     default = next(p for p in response.data if p["name"] == "default")
-    assert default["version_label"] == "default@6" and default["dry_run"] is False
+    assert default["version_label"] == "default@7" and default["dry_run"] is False
     assert "dataagent_nl2sql" in default["tasks"]
     assert api_for(None).get("/api/v1/policies/").status_code == 401
 
 
 def test_it_shows_one_policy_by_name_or_version_label(api_for: Any, olga: Any) -> None:
-    for key in ("default", "default@6"):
+    for key in ("default", "default@7"):
         response = api_for(olga).get(f"/api/v1/policies/{key}/")
         assert response.status_code == 200
-        assert response.data["version_label"] == "default@6"
+        assert response.data["version_label"] == "default@7"
         assert response.data["tasks"]["dataagent_nl2sql"]["guardrails"][0]["critical"] is True
     assert api_for(olga).get("/api/v1/policies/nope/").status_code == 404
 
@@ -90,7 +90,7 @@ def test_a_dry_run_judges_stored_runs_without_storing_or_moving(
     response = reviewer.post("/api/v1/policies/default/dry-run/", {"ticket": ticket.pk}, format="json")
     assert response.status_code == 200, response.data
     assert response.data["outcome"] == "restrict" and response.data["stored"] is False
-    assert response.data["policy_version"] == "default@6"
+    assert response.data["policy_version"] == "default@7"
     assert response.data["proposed_routes"] == {"cs_summary": "candidate", "knowledge_qa": "baseline"}
     assert (response.data["baseline_run"], response.data["candidate_run"]) == (
         ticket.baseline_run_id,

@@ -2,7 +2,7 @@
 its pass-rate guardrail through held-out stages instead of waiting on *needs evidence* for ever.
 
 One task (dataagent_nl2sql, a 2-point margin; the default policy's Pocock-type design of five
-looks, its stages sized from the power plan: ``sequential.stage_size: planned``). The first
+looks, its stages sized from the power plan: default@7's ``sequential.stage_size: planned``). The first
 interleaved pair measures everything; no answer differs (greedy decoding over the same weights),
 but 100 pairs cannot show 2 points, and this evaluation may take one stage: *needs evidence*.
 Evaluated again, ``ticket_evaluate`` asks for stage 2 on the plan's block of 250 held-out samples,
@@ -46,9 +46,7 @@ def _run_stage(ticket: Any) -> EvaluationStage:
 def test_a_seed_only_change_evaluated_again_gains_a_stage_and_settles(
     kit: Kit, settings: Any, erin: User, tmp_path: Any
 ) -> None:
-    staged_policy_file(
-        tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1\n  stage_size: planned"
-    )
+    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
     # This test is about the quality stages, so the task is judged on its pass rate alone: a
     # ticket the timing already rejects is judged at once, since no quality stage could change
     # that (a seed-only change's promised speed-up confidently absent, or — in one CI run over

@@ -106,7 +106,9 @@ def staged_policy(tmp_path: Path, settings: Any) -> None:
     """The mechanics are walked under O'Brien–Fleming spending, whose published boundaries (4.88,
     3.36, 2.68, 2.29, 2.03 at five looks) the comments quote; the default policy's Pocock-type
     design has its own tests below."""
-    staged_policy_file(tmp_path, settings, "alpha_spending: pocock", "alpha_spending: obrien_fleming")
+    staged_policy_file(
+        tmp_path, settings, "alpha_spending: pocock", "alpha_spending: obrien_fleming", stage_size="shipped"
+    )
 
 
 def test_a_neutral_change_continues_after_stage_one_and_approves_once_the_pooled_pairs_cross_the_boundary(
@@ -264,7 +266,7 @@ def test_evaluate_again_on_a_needs_evidence_ticket_adds_a_stage_and_the_next_dec
     tmp_path: Path,
 ) -> None:
     # One stage per evaluation: the first ends needs-evidence with both tasks still open.
-    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1", stage_size="shipped")
     ticket = _ticket(erin, baseline, candidate)
     first = (ticket.baseline_run_id, ticket.candidate_run_id)
     assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
@@ -334,7 +336,7 @@ def test_evaluate_again_measures_afresh_when_a_latency_check_is_open_too(
     tmp_path: Path,
 ) -> None:
     settings.OPTGATE_INTERLEAVED = True
-    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1", stage_size="shipped")
     # 60 requests are fewer than the 100 latency samples cs_summary's policy asks for.
     few = GOOD[:54] + [False] * 6
     base = {SUMMARY: task_spec(few, seed=1), SQL: task_spec(drop_passes(GOOD, 30), seed=2)}
@@ -372,7 +374,7 @@ def test_evaluate_again_adds_a_stage_beside_a_claimed_bottleneck_the_workload_ne
     """A kv_memory claim on a load that never filled the cache stays inconclusive, but the same
     load measured afresh would not fill it either: the open pass rates still get their stage."""
     settings.OPTGATE_INTERLEAVED = True
-    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1")
+    staged_policy_file(tmp_path, settings, "stages_per_evaluation: 5", "stages_per_evaluation: 1", stage_size="shipped")
     roomy = {"preemptions": 0.0, "kv_cache_usage_peak": 0.3, "kv_waiting_peak": 0.0}
     base = {SUMMARY: task_spec(GOOD, seed=1, engine=roomy), SQL: task_spec(GOOD, seed=2)}
     cand = {SUMMARY: task_spec(GOOD, speed=0.7, seed=1, engine=roomy), SQL: task_spec(GOOD, speed=0.7, seed=2)}
@@ -442,9 +444,11 @@ def test_the_ticket_page_and_the_api_show_the_stages(
 
 
 def obrien_fleming_default() -> Any:
-    """The default policy with its staged design on O'Brien–Fleming spending (the numbers below)."""
+    """The default policy with its staged design on O'Brien–Fleming spending over stages of the
+    shipped size (the numbers below)."""
     policy = load_policy("default")
-    return replace(policy, sequential=replace(policy.sequential, alpha_spending="obrien_fleming"))
+    sequential = replace(policy.sequential, alpha_spending="obrien_fleming", stage_size="shipped")
+    return replace(policy, sequential=sequential)
 
 
 def test_looks_pool_stages_by_sample_id_and_replan_a_short_stage_on_its_observed_information() -> None:
@@ -530,8 +534,14 @@ def default_design(tmp_path: Path, settings: Any) -> None:
     settings.OPTGATE_GATE_POLICY = "default"
 
 
-def test_under_the_default_design_a_seed_only_change_settles_its_5_point_margin_at_look_2(
-    default_design: None,
+@pytest.fixture
+def shipped_stages(tmp_path: Path, settings: Any) -> None:
+    """default@6's design: Pocock-type spending over five stages of the shipped size."""
+    staged_policy_file(tmp_path, settings, stage_size="shipped")
+
+
+def test_under_shipped_size_stages_a_seed_only_change_settles_its_5_point_margin_at_look_2(
+    shipped_stages: None,
     erin: User,
     baseline: Backend,
     candidate: Backend,
@@ -564,7 +574,8 @@ def test_under_the_default_design_ten_lost_sql_answers_in_a_hundred_are_rejected
     sent: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    # O'Brien–Fleming's first boundary (4.88) lets this harm (score −2.80) run a stage more.
+    # Pocock-type spending's first boundary at 100 of the 1,100 planned pairs is 2.69 (with stages
+    # of the shipped size 2.41); O'Brien–Fleming's (4.88) would let this harm (score −2.80) run a stage more.
     ticket = _ticket(erin, baseline, candidate, sql_candidate=drop_passes(GOOD, 10))
     assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
     assert not EvaluationStage.objects.filter(ticket=ticket).exists()
@@ -583,8 +594,9 @@ def test_under_the_default_design_ten_lost_sql_answers_in_a_hundred_are_rejected
 
 @pytest.fixture
 def planned_stages(tmp_path: Path, settings: Any) -> None:
-    """The default policy's Pocock-type design, its stages after the first sized from the plan."""
-    staged_policy_file(tmp_path, settings, "  power: 0.8\n", "  power: 0.8\n  stage_size: planned\n")
+    """The default policy's Pocock-type design, its stages after the first sized from the plan
+    (default@7's ``stage_size: planned``)."""
+    staged_policy_file(tmp_path, settings)
 
 
 def test_planned_stages_ask_each_task_for_its_own_block_and_settle_a_seed_only_change_at_look_2(
@@ -636,7 +648,7 @@ def test_under_planned_stages_a_needs_evidence_ticket_asks_for_the_planned_stage
     tmp_path: Path,
 ) -> None:
     design = "stages_per_evaluation: 5\n  alpha_spending: pocock\n  futility: pocock\n  power: 0.8\n"
-    one_stage = design.replace("per_evaluation: 5", "per_evaluation: 1") + "  stage_size: planned\n"
+    one_stage = design.replace("per_evaluation: 5", "per_evaluation: 1")
     staged_policy_file(tmp_path, settings, design, one_stage)
     ticket = _ticket(erin, baseline, candidate)
     assert _check(ticket, django_capture_on_commit_callbacks) == "needs_evidence"
@@ -660,19 +672,22 @@ def test_under_planned_stages_a_needs_evidence_ticket_asks_for_the_planned_stage
 
 
 def test_planned_stages_need_the_pairs_information() -> None:
-    text = (POLICY_DIR / "default.yaml").read_text().replace("  power: 0.8\n", "  power: 0.8\n  stage_size: planned\n")
+    text = (POLICY_DIR / "default.yaml").read_text()
     assert validate_policy_text(text).sequential.stage_size == "planned"
     with pytest.raises(PolicyError, match=r"sequential\.stage_size.*information: pairs"):
-        validate_policy_text(text.replace("stage_size: planned", "stage_size: planned\n  information: observed"))
+        validate_policy_text(
+            text.replace("  stage_size: planned\n", "  stage_size: planned\n  information: observed\n")
+        )
     with pytest.raises(PolicyError, match=r"sequential\.stage_size: must be one of shipped, planned"):
-        validate_policy_text(text.replace("stage_size: planned", "stage_size: huge"))
+        validate_policy_text(text.replace("  stage_size: planned\n", "  stage_size: huge\n"))
 
 
 def test_a_planned_look_that_continues_names_the_next_planned_stage() -> None:
     """SQL with 3 losses and 3 gains per stage: look 2 at 350 pairs (score 1.81 against 2.41)
     continues, and the verdict asks for the 250 samples of stage 3, not the shipped 100."""
     policy = load_policy("default")
-    rule = replace(policy.sequential, stage_size="planned")
+    rule = policy.sequential
+    assert rule.stage_size == "planned"
     guardrails = staged_guardrails(policy.tasks[SQL])
     sizes = task_stage_sizes(rule, guardrails, shipped=100, pool=1100, discordance=0.05)
     assert sizes == (100, 350, 600, 850, 1100)
@@ -703,5 +718,6 @@ def test_a_planned_look_that_continues_names_the_next_planned_stage() -> None:
     verdict = staged_verdict(fixed, looks, budget_spent=True)
     assert verdict.samples_needed == 250 and "the next stage would add 250 samples" in verdict.reason
     # Shipped-size stages would have stopped this task at 500 pairs: its fifth look is the last.
-    shipped = task_stage_sizes(policy.sequential, guardrails, shipped=100, pool=1100, discordance=0.05)
+    shipped_rule = replace(rule, stage_size="shipped")
+    shipped = task_stage_sizes(shipped_rule, guardrails, shipped=100, pool=1100, discordance=0.05)
     assert shipped == (100, 200, 300, 400, 500)

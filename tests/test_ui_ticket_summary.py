@@ -66,11 +66,11 @@ def test_the_summary_names_each_task_its_verdict_and_the_numbers_that_decided_it
     [deciding] = rows["knowledge_qa"]["numbers"]
     assert deciding["metric"] == "pass_rate"
     assert (deciding["baseline"], deciding["candidate"]) == ("91.0%", "81.0%")
-    assert (deciding["change"], deciding["interval"]) == ("−10.0 pts", "−16.4 to −5.9 pts")
+    assert (deciding["change"], deciding["interval"]) == ("−10.0 pts", "−16.0 to −6.1 pts")
     # A passing beneficiary is shown by what it promised (objectives first), at most two numbers.
     assert [n["metric"] for n in rows["cs_summary"]["numbers"]] == ["output_throughput", "e2e_p50"]
     block = html[html.index('id="summary"') : html.index('id="review"')]
-    assert "Pass rate: 91.0% → 81.0% (−10.0 pts, CI −16.4 to −5.9 pts)" in block
+    assert "Pass rate: 91.0% → 81.0% (−10.0 pts, CI −16.0 to −6.1 pts)" in block
     assert "E2E latency P50: 4,095 ms → 2,867 ms (−30.0%, CI −34.6% to −25.1%)" in block
     # One blocking finding, printed once on the whole page; warnings are not findings.
     assert [f["task"] for f in summary["findings"]] == ["knowledge_qa"]
@@ -151,7 +151,7 @@ def test_the_api_decision_carries_the_summary_and_display_fields(
     data = client.get(f"/api/v1/tickets/{ticket.pk}/decision/").json()
     pass_rate = data["verdicts"]["knowledge_qa"]["metrics"][0]
     assert pass_rate["interval"][0] < 0  # the raw numbers stay for machines
-    assert pass_rate["display"]["interval"] == "−16.4 to −5.9 pts"
+    assert pass_rate["display"]["interval"] == "−16.0 to −6.1 pts"
     summary = data["summary"]
     assert summary["outcome"] == "restrict"
     assert {t["task"]: t["status"] for t in summary["tasks"]} == {"cs_summary": "pass", "knowledge_qa": "fail"}
@@ -196,7 +196,7 @@ def test_the_demo_terminal_prints_the_same_summary(erin: Any, baseline: Any, can
     Command(stdout=out, no_color=True).print_decisions([ticket])
     text = out.getvalue()
     assert f"#{ticket.pk} {ticket.title}: reject" in text.splitlines()
-    assert "    dataagent_nl2sql (risk): fail — Pass rate 91.0% → 81.0% (−10.0 pts, CI −16.4 to −5.9 pts)" in text
+    assert "    dataagent_nl2sql (risk): fail — Pass rate 91.0% → 81.0% (−10.0 pts, CI −17.2 to −5.6 pts)" in text
     finding = next(m for m in decision.verdicts["dataagent_nl2sql"]["metrics"] if m["status"] == "fail")
     assert text.count(finding["reason"]) == 1
     assert "    next: A reviewer signs off the policy's reject next." in text

@@ -510,7 +510,7 @@ SEARCH_GRID = (
     ),
     Variant(None, POCOCK, POCOCK, False),
     Variant(None, POCOCK, POCOCK, True),
-    # Added on 2026-12-06, after the figures above: the plan's looks as a staged evaluation can take
+    # Added on 2026-12-05 (later), after the figures above: the plan's looks as a staged evaluation can take
     # them (stage one the shipped suite, then equal held-out stages to the plan's maximum), with the
     # policy's Pocock spending and the best two-sided design that still rejected twice the margin.
     *(
