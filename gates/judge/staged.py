@@ -111,7 +111,7 @@ class StagedLooks:
     looks: tuple[LookDecision, ...]
     stage_size: int  # the held-out samples the next stage adds
     rates: tuple[float, float]  # pooled baseline and candidate pass rates over the paired samples
-    sizes: tuple[int, ...] = ()  # the cumulative pairs each look was planned at
+    sizes: tuple[int, ...]  # the cumulative pairs each look was planned at
 
     @property
     def last(self) -> LookDecision:

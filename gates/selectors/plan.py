@@ -25,11 +25,12 @@ from evaluators.models import EvaluationAttempt, RunSource, RunStatus, SampleRec
 from evaluators.suites import get_suite
 from evaluators.suites.base import HELD_OUT_SIZE
 from gates.judge.power import PowerPlan, plan_task
-from gates.judge.staged import staged_guardrails, task_stage_sizes
+from gates.judge.staged import staged_guardrails
 from gates.models import ReleaseTicket
 from gates.policy.metrics import METRIC_SPECS
 from gates.policy.rules import MetricRule, Policy
 from gates.selectors.calibrations import current_calibration
+from gates.selectors.stages import stage_sizes
 
 # Fewer common samples than one shipped suite say too little about a rate of a few percent.
 MIN_HISTORY_PAIRS = 100
@@ -247,15 +248,14 @@ def _power(
 # --- the plan ----------------------------------------------------------------------------------
 
 
-def _stage_looks(policy: Policy, task: str, shipped: int, pool: int) -> tuple[int, ...]:
-    """The cumulative pairs at which the policy's staged evaluation will look at ``task``, as
-    ``gates.selectors.stages`` sizes them (empty: one fixed stage)."""
-    rule, task_policy = policy.sequential, policy.task(task)
+def _stage_looks(policy: Policy, task: str, shipped: int) -> tuple[int, ...]:
+    """The cumulative pairs at which the policy's staged evaluation will look at ``task``
+    (``gates.selectors.stages.stage_sizes``; empty: one fixed stage)."""
+    task_policy = policy.task(task)
     guardrails = staged_guardrails(task_policy) if task_policy else []
-    if not rule.enabled or not guardrails:
+    if not policy.sequential.enabled or not guardrails:
         return ()
-    discordance = policy.power_plan.discordance_default
-    return task_stage_sizes(rule, guardrails, shipped=shipped, pool=pool, discordance=discordance)
+    return stage_sizes(policy, guardrails, shipped)
 
 
 def ticket_plan(*, policy: Policy, baseline: Backend, tasks: Iterable[tuple[str, str]]) -> TicketPlan:
@@ -304,7 +304,7 @@ def ticket_plan(*, policy: Policy, baseline: Backend, tasks: Iterable[tuple[str,
                 seconds_source=seconds_source,
                 power=power,
                 refused=refuses and not power.settleable,
-                stage_looks=_stage_looks(policy, task, shipped, suite_size),
+                stage_looks=_stage_looks(policy, task, shipped),
             )
         )
     return TicketPlan(

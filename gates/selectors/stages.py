@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord
 from evaluators.suites import get_suite
 from evaluators.suites.base import HELD_OUT_SIZE
 from gates.judge.staged import StagedTask, StageOutcomes, staged_guardrails, task_looks, task_stage_sizes
 from gates.models import EvaluationStage, GateDecision, ReleaseTicket
-from gates.policy.rules import Policy
+from gates.policy.rules import MetricRule, Policy
 
 
 def series_stages(ticket: ReleaseTicket) -> list[EvaluationStage]:
@@ -57,6 +57,19 @@ def _usable(run: EvaluationRun | None) -> bool:
     return run is not None and run.status == RunStatus.SUCCEEDED
 
 
+def stage_sizes(policy: Policy, guardrails: Sequence[MetricRule], shipped: int) -> tuple[int, ...]:
+    """Cumulative pairs at each of a task's looks under the policy's design (``sequential.stage_size``,
+    sized at ``power_plan.discordance_default``), within the shipped suite and its held-out pool: what
+    the judge looks at, and what the plan at filing shows."""
+    return task_stage_sizes(
+        policy.sequential,
+        guardrails,
+        shipped=shipped,
+        pool=shipped + HELD_OUT_SIZE,
+        discordance=policy.power_plan.discordance_default,
+    )
+
+
 def ticket_staged(ticket: ReleaseTicket, policy: Policy, tasks: Iterable[str]) -> dict[str, StagedTask]:
     """Per task with staged guardrails, their looks over the first stage and every later stage that
     evaluated the task, pooled by sample id.
@@ -70,6 +83,7 @@ def ticket_staged(ticket: ReleaseTicket, policy: Policy, tasks: Iterable[str]) -
         return {}
     stages = series_stages(ticket)
     budget_spent = 1 + len(stages) - looks_judged(ticket) >= rule.stages_per_evaluation
+    discordance = policy.power_plan.discordance_default
     staged: dict[str, StagedTask] = {}
     for task in tasks:
         task_policy = policy.task(task)
@@ -81,11 +95,7 @@ def ticket_staged(ticket: ReleaseTicket, policy: Policy, tasks: Iterable[str]) -
         if not all(_usable(base) and _usable(cand) for base, cand in pairs):
             continue
         outcomes: list[StageOutcomes] = [(_passed(b.pk, task), _passed(c.pk, task)) for b, c in pairs if b and c]
-        shipped = len(get_suite(task).load_samples())
-        discordance = policy.power_plan.discordance_default
-        sizes = task_stage_sizes(
-            rule, guardrails, shipped=shipped, pool=shipped + HELD_OUT_SIZE, discordance=discordance
-        )
+        sizes = stage_sizes(policy, guardrails, len(get_suite(task).load_samples()))
         if not all(set(base) & set(cand) for base, cand in outcomes) or len(outcomes) > len(sizes):
             continue
         looks = {g.metric: task_looks(rule, g, outcomes, sizes, discordance=discordance) for g in guardrails}
