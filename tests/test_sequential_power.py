@@ -10,6 +10,7 @@ import pytest
 from gates.judge.power import (
     OperatingCharacteristics,
     exact_power,
+    exact_sequential,
     null_variance,
     plan_task,
     planned_information,
@@ -217,3 +218,28 @@ def test_plan_sized_stages_approve_a_neutral_two_point_change_far_more_often_tha
     shipped = neutral(five, (100, 200, 300, 400, 500))
     planned = neutral(sized_design(plan, sized), sized)
     assert shipped.approve < 0.45 < 0.65 < planned.approve
+
+
+@pytest.mark.parametrize(
+    ("p_loss", "p_gain"),
+    [(0.025, 0.025), (0.0, 0.0), (0.04, 0.01), (0.08, 0.02), (0.01, 0.05)],
+    ids=["neutral", "no-discordance", "at-the-margin", "twice-the-margin", "better"],
+)
+def test_the_exact_operating_characteristics_are_the_simulated_ones(p_loss: float, p_gain: float) -> None:
+    """``exact_sequential`` carries the distribution of the counts look to look; drawing 20,000
+    evaluations with ``simulate_sequential`` lands within Monte Carlo error of it (the plan-sized
+    2-point design, cut at the pool, where every outcome occurs)."""
+    plan = plan_task(margin=0.02, discordance=0.05, alpha_spending=POCOCK, beta_spending=POCOCK)
+    sizes = shipped_first_sizes(plan.max_n, shipped=100, looks=5, pool=1100)
+    design = sized_design(plan, sizes)
+    exact = exact_sequential(design, sizes, margin=0.02, p_loss=p_loss, p_gain=p_gain)
+    drawn = simulate_sequential(
+        design, sizes, margin=0.02, p_loss=p_loss, p_gain=p_gain, runs=20_000, rng=np.random.default_rng(11)
+    )
+    total = exact.approve + exact.reject + exact.futile + exact.inconclusive
+    assert total == pytest.approx(1.0, abs=1e-9)
+    for name in ("approve", "reject", "futile", "inconclusive"):
+        rate = getattr(exact, name)
+        assert abs(getattr(drawn, name) - rate) <= 4 * math.sqrt(rate * (1 - rate) / 20_000) + 1e-9, name
+    spread = max(sizes) / math.sqrt(20_000)  # the pairs used vary by less than the largest look
+    assert abs(drawn.mean_samples - exact.mean_samples) <= 4 * spread / 2

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
+from scipy import signal, special
 from scipy import stats as sps
 
 from gates.judge import stats
@@ -316,6 +316,55 @@ def simulate_sequential(
         futile=float(ended["futile"].mean()),
         inconclusive=float((~(ended["approve"] | ended["reject"] | ended["futile"])).mean()),
         mean_samples=float(np.asarray(sizes)[first].mean()),
+    )
+
+
+def exact_sequential(
+    design: GroupSequentialDesign,
+    sizes: Sequence[int],
+    *,
+    margin: float,
+    p_loss: float,
+    p_gain: float,
+    tail: float = 1e-10,
+) -> OperatingCharacteristics:
+    """:func:`simulate_sequential`'s figures computed instead of drawn: the joint distribution of the
+    cumulative (losses, gains) of the evaluations still running, carried from look to look (each
+    stage's trinomial counts convolved in) and split by the same rules at each look. Counts a
+    binomial reaches with less than ``tail`` probability are left out; ``runs`` is 0.
+    """
+    most = min(sizes[-1], int(sps.binom.isf(tail, sizes[-1], max(p_loss, p_gain))) + 1)
+    losses, gains = np.ogrid[: most + 1, : most + 1]
+    running = np.zeros((most + 1, most + 1))
+    running[0, 0] = 1.0
+    ended = {"approve": 0.0, "reject": 0.0, "futile": 0.0}
+    expected, previous = 0.0, 0
+    for k, n in enumerate(sizes):
+        step, previous = n - previous, n
+        # A stage of `step` pairs: b losses, then c gains among the other step − b pairs.
+        stage = sps.binom.pmf(losses, step, p_loss) * sps.binom.pmf(
+            gains, np.maximum(step - losses, 0), p_gain / (1 - p_loss) if p_loss < 1 else 0.0
+        )
+        running = np.clip(signal.fftconvolve(running, stage)[: most + 1, : most + 1], 0.0, None)
+        score = noninferiority_score(losses, gains, n, margin)
+        approve = score >= design.efficacy[k]
+        reject = ~approve & rejects(
+            harm_score(losses, gains, n, margin), (gains - losses) / n, design.efficacy[k], margin
+        )
+        last = k == len(sizes) - 1
+        futile = ~approve & ~reject & (np.abs(score) <= design.futility[k]) & (not last)
+        for name, mask in (("approve", approve), ("reject", reject), ("futile", futile)):
+            ended[name] += float(running[mask].sum())
+        stops = approve | reject | futile | last
+        expected += n * float(running[stops].sum())
+        running = np.where(stops, 0.0, running)
+    return OperatingCharacteristics(
+        runs=0,
+        approve=ended["approve"],
+        reject=ended["reject"],
+        futile=ended["futile"],
+        inconclusive=max(0.0, 1.0 - sum(ended.values())),
+        mean_samples=expected,
     )
 
 
