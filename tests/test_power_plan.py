@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
@@ -16,7 +17,9 @@ from rest_framework.test import APIClient
 from backends.models import Backend
 from core.errors import InvalidInput
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus, TaskResult
-from gates.judge.power import plan_task
+from gates.judge.power import exact_sequential, plan_task, sized_design
+from gates.judge.sequential import POCOCK
+from gates.judge.staged import task_looks
 from gates.models import Calibration, CalibrationStatus, ReleaseTicket, TicketStatus
 from gates.policy.parse import load_policy, validate_policy_text
 from gates.policy.rules import PolicyError
@@ -66,10 +69,18 @@ def policy_file(tmp_path: Path, settings: Any, refuse: str) -> None:
 # --- the numbers --------------------------------------------------------------------------------
 
 
-def test_it_plans_each_task_with_plan_task_at_the_policys_margins(draft: ReleaseTicket) -> None:
+def test_it_plans_each_task_with_the_policys_design_at_its_margins(draft: ReleaseTicket) -> None:
+    """The plan sizes with the design the staged evaluation is judged with (default@7: five looks,
+    Pocock-type spending both ways, power 80 %), computed here directly with ``plan_task``."""
     policy = load_policy("default")
+    assert (policy.sequential.looks, policy.sequential.alpha_spending, policy.sequential.futility) == (
+        5,
+        "pocock",
+        "pocock",
+    )
     plan = stored_ticket_plan(ticket=draft, policy=policy)
 
+    assert plan.design == "5 looks, Lan–DeMets Pocock-type alpha spending, Lan–DeMets Pocock-type futility, power 80%"
     assert [(t.task, t.role) for t in plan.tasks] == [("knowledge_qa", "beneficiary"), ("compliance_qa", "risk")]
     for task, suite_size in (("knowledge_qa", 1_100), ("compliance_qa", 1_200)):
         shown = next(t for t in plan.tasks if t.task == task)
@@ -77,25 +88,71 @@ def test_it_plans_each_task_with_plan_task_at_the_policys_margins(draft: Release
         direct = plan_task(
             margin=rule.margin or 0.0,
             confidence=rule.confidence,
+            power=0.8,
             discordance=0.05,
+            looks=5,
+            alpha_spending=POCOCK,
+            beta_spending=POCOCK,
             suite_size=suite_size,
-            seconds_per_sample=DEFAULT_SECONDS_PER_PAIR,
         )
         assert (shown.margin, shown.confidence, shown.suite_size) == (rule.margin, rule.confidence, suite_size)
-        assert (shown.power.fixed_n, shown.power.max_n, shown.power.look_sizes) == (
+        assert (shown.power.fixed_n, shown.power.max_n, shown.power.look_sizes, shown.power.settleable) == (
             direct.fixed_n,
             direct.max_n,
             direct.look_sizes,
+            direct.settleable,
         )
-        assert shown.power.expected_n == pytest.approx(direct.expected_n)
-        assert shown.power.max_engine_s == pytest.approx(direct.max_n * DEFAULT_SECONDS_PER_PAIR)
+        # Expected pairs and engine time are the staged evaluation's: its looks, a neutral change.
+        looks = shown.stage_looks
+        exact = exact_sequential(
+            sized_design(direct, looks), looks, margin=rule.margin or 0.0, p_loss=0.025, p_gain=0.025
+        )
+        assert shown.expected_pairs == pytest.approx(exact.mean_samples)
+        assert shown.expected_engine_s == pytest.approx(exact.mean_samples * DEFAULT_SECONDS_PER_PAIR)
+        assert shown.max_engine_s == pytest.approx(looks[-1] * DEFAULT_SECONDS_PER_PAIR)
         assert (shown.discordance, shown.discordance_source) == (0.05, "default")
     compliance = plan.tasks[1].to_dict()
     # 2 points at the assumed 5 %: more than the 1,200 compliance samples, but only assumed, so no refusal.
-    assert (compliance["max_n"], compliance["settleable"], compliance["refused"]) == (1402, False, False)
+    assert (compliance["max_n"], compliance["settleable"], compliance["refused"]) == (1577, False, False)
     # Where default@7's staged evaluation looks: the shipped 200, then four held-out stages of 250
-    # toward the design's 1,577 (Pocock-type spending), cut at the 1,200 the suite holds.
+    # toward the design's 1,577, cut at the 1,200 the suite holds; at most those 1,200 are evaluated.
     assert compliance["stage_looks"] == [200, 450, 700, 950, 1200]
+    assert compliance["most_pairs"] == 1200
+    assert 700 < compliance["expected_n"] < 950  # most neutral changes settle at look 3 or 4
+
+
+def test_the_expected_pairs_are_what_the_judges_looks_take_on_a_neutral_change(draft: ReleaseTicket) -> None:
+    """The plan's expected pairs against the judge's own looks (``task_looks`` over drawn outcomes):
+    400 neutral changes to the knowledge task at 5 % discordance, each looked at stage by stage until
+    a look settles."""
+    policy = load_policy("default")
+    shown = next(t for t in stored_ticket_plan(ticket=draft, policy=policy).tasks if t.task == "knowledge_qa")
+    rule = next(r for r in policy.tasks["knowledge_qa"].guardrails if r.metric == "pass_rate")
+    rng = np.random.default_rng(18)
+    used = []
+    for _ in range(400):
+        base: dict[str, bool] = {}
+        cand: dict[str, bool] = {}
+        for look, n in enumerate(shown.stage_looks, start=1):
+            first = len(base)
+            draws = rng.choice(3, size=n - first, p=(0.025, 0.025, 0.95))  # lost, gained, the same
+            for i, draw in enumerate(draws, start=first):
+                base[f"s{i}"], cand[f"s{i}"] = draw != 1, draw != 0
+            stages = [
+                ({k: base[k] for k in keys}, {k: cand[k] for k in keys}) for keys in _blocks(shown.stage_looks[:look])
+            ]
+            looks = task_looks(policy.sequential, rule, stages, shown.stage_looks, discordance=0.05)
+            if looks.last.outcome != "continue":
+                used.append(n)
+                break
+    mean = sum(used) / len(used)
+    spread = float(np.std(used)) / len(used) ** 0.5
+    assert abs(mean - shown.expected_pairs) < 3 * spread, (mean, shown.expected_pairs, spread)
+
+
+def _blocks(sizes: tuple[int, ...]) -> list[list[str]]:
+    bounds = (0, *sizes)
+    return [[f"s{i}" for i in range(bounds[k], bounds[k + 1])] for k in range(len(sizes))]
 
 
 def test_the_plan_shows_the_looks_of_shipped_size_stages_where_a_policy_keeps_them(
@@ -120,7 +177,8 @@ def test_the_discordance_comes_from_the_baselines_history_when_it_has_two_measur
     assert source == f"baseline history: runs #{older.pk} and #{newer.pk}, 3 of 100 samples differ"
     plan = ticket_plan(policy=load_policy("default"), baseline=baseline, tasks=[(SQL, "risk")])
     assert plan.tasks[0].discordance_source == source
-    assert plan.tasks[0].power.max_n == plan_task(margin=0.02, discordance=0.03).max_n == 939
+    at_three = plan_task(margin=0.02, discordance=0.03, looks=5, alpha_spending=POCOCK, beta_spending=POCOCK)
+    assert plan.tasks[0].power.max_n == at_three.max_n == 1056  # the 1,100 samples settle it
 
 
 def test_a_current_a_a_calibration_comes_before_the_history(baseline: Backend) -> None:
@@ -182,7 +240,7 @@ def test_a_ticket_whose_margin_the_measured_discordance_cannot_settle_is_refused
 
     message = refused.value.errors["risk_tasks"]
     assert message.startswith(
-        "dataagent_nl2sql: a 2-point margin on SQL execution accuracy at 95% needs up to 1,402 paired samples "
+        "dataagent_nl2sql: a 2-point margin on SQL execution accuracy at 95% needs up to 1,577 paired samples "
         "at 5.0% discordance (baseline history: runs #"
     )
     assert "the suite has 1,100 (100 shipped + 1,000 held out)" in message
@@ -197,7 +255,9 @@ def test_submission_refuses_a_draft_the_baselines_history_no_longer_lets_settle(
     draft = services.ticket_create(owner=erin, **sql_ticket(baseline, candidate))
     history(baseline, SQL, differ=6)
 
-    with pytest.raises(InvalidInput, match=r"dataagent_nl2sql: a 2-point margin .* needs up to 1,6\d\d"):
+    with pytest.raises(
+        InvalidInput, match=r"dataagent_nl2sql: a 2-point margin .* needs up to 1,848 paired samples at 6\.0%"
+    ):
         services.ticket_submit(ticket=draft, actor=erin)
 
     draft.refresh_from_db()
@@ -225,9 +285,9 @@ def test_filing_and_submission_ledger_the_plan_they_passed(erin: User, baseline:
     for plan in (filed, submitted):
         assert plan["policy"] == "default@7" and not plan["refused"]
         assert [(t["task"], t["max_n"], t["suite_size"]) for t in plan["tasks"]] == [
-            ("cs_summary", 283, 1100),
-            (SQL, 1402, 1100),
-            ("tool_calling", 672, 1100),
+            ("cs_summary", 318, 1100),
+            (SQL, 1577, 1100),
+            ("tool_calling", 756, 1100),
         ]
 
 
@@ -263,9 +323,9 @@ def test_the_demos_three_tickets_are_not_refused_under_the_default_policy(
         ticket=ReleaseTicket.objects.get(title="Low-bit weights for the whole fleet"), policy=load_policy("default")
     )
     assert [(t.task, t.power.max_n, t.power.settleable, t.refused) for t in low_bit.tasks] == [
-        ("cs_summary", 283, True, False),
-        (SQL, 1402, False, False),  # only assumed: a warning, not a refusal
-        ("tool_calling", 672, True, False),
+        ("cs_summary", 318, True, False),
+        (SQL, 1577, False, False),  # only assumed: a warning, not a refusal
+        ("tool_calling", 756, True, False),
     ]
 
 
@@ -308,6 +368,7 @@ def test_the_api_shows_the_plan_and_the_schema_names_it(
     body = response.json()
     assert set(body) == {
         "policy",
+        "design",
         "discordance_default",
         "refuse_unsettleable",
         "tasks",
@@ -320,10 +381,13 @@ def test_the_api_shows_the_plan_and_the_schema_names_it(
     assert (sql["metric"], sql["margin"], sql["max_n"], sql["look_sizes"]) == (
         "pass_rate",
         0.02,
-        1402,
-        [281, 561, 842, 1122, 1402],
+        1577,
+        [316, 631, 947, 1262, 1577],
     )
-    assert sql["stage_looks"] == [100, 350, 600, 850, 1100]  # where default@7's staged evaluation looks
+    # Where default@7's staged evaluation looks, and what it takes at most: the pool cuts it at 1,100.
+    assert (sql["stage_looks"], sql["most_pairs"]) == ([100, 350, 600, 850, 1100], 1100)
+    assert sql["max_engine_s"] == pytest.approx(1100 * DEFAULT_SECONDS_PER_PAIR)
+    assert body["design"].startswith("5 looks, Lan–DeMets Pocock-type alpha spending")
     assert body["max_engine_s"] == pytest.approx(sum(t["max_engine_s"] for t in body["tasks"]))
     schema = api_for(rita).get("/api/schema/?format=json").json()
     plan_schema = schema["paths"]["/api/v1/tickets/{id}/plan/"]["get"]["responses"]["200"]
@@ -336,7 +400,9 @@ def test_the_ticket_page_shows_the_plan_before_evaluation(erin: User, baseline: 
     page = client_for(erin).get(f"/tickets/{ticket.pk}/").content.decode()
 
     assert 'id="power-plan"' in page
-    assert "dataagent_nl2sql <span" in page and "1,067 / 963 / 1,402" in page
+    assert "dataagent_nl2sql <span" in page and "1,067 / 1,577" in page  # fixed / at most
+    assert "100, 350, 600, 850, 1,100 (753)" in page  # the looks (pairs expected)
+    assert "5 looks, Lan–DeMets Pocock-type alpha spending" in page
     assert "at the assumed discordance" in page
     assert "is the policy's assumed default, not a measurement" in page
 
@@ -354,5 +420,6 @@ def test_the_form_previews_the_plan_of_the_chosen_baseline_and_tasks(erin: User,
     preview = client.get("/tickets/plan-preview/", query).content.decode()
 
     assert "cs_summary <span" in preview and "tool_calling <span" in preview
-    assert "215 / 194 / 283" in preview and "512 / 462 / 672" in preview  # fixed / expected / at most
+    assert "215 / 318" in preview and "512 / 756" in preview  # fixed / at most
+    assert "100, 155, 210, 265, 320 (183)" in preview and "100, 264, 428, 592, 756 (441)" in preview
     assert "hx-get" in client.get("/tickets/new/").content.decode()

@@ -157,13 +157,20 @@ class TaskPlanSerializer(serializers.Serializer):
     discordance_source = serializers.CharField(help_text='"default", or what measured it')
     fixed_n = serializers.IntegerField(help_text="pairs one fixed-size run needs")
     max_n = serializers.IntegerField(help_text="pairs the sequential design needs at most")
-    look_sizes = serializers.ListField(child=serializers.IntegerField(), help_text="cumulative pairs at each look")
+    look_sizes = serializers.ListField(
+        child=serializers.IntegerField(), help_text="cumulative pairs at each look of the design sized to max_n"
+    )
     stage_looks = serializers.ListField(
         child=serializers.IntegerField(),
         help_text="cumulative pairs at which the policy's staged evaluation looks (sequential.stage_size); "
         "empty when it judges one fixed stage",
     )
-    expected_n = serializers.FloatField(help_text="pairs expected for a change that is truly neutral")
+    most_pairs = serializers.IntegerField(
+        help_text="pairs the evaluation takes at most: the last of stage_looks, or max_n when it is not staged"
+    )
+    expected_n = serializers.FloatField(
+        help_text="pairs the evaluation is expected to take on a truly neutral change (at stage_looks where staged)"
+    )
     shipped_samples = serializers.IntegerField()
     suite_size = serializers.IntegerField(help_text="shipped plus held-out samples available")
     settleable = serializers.BooleanField(help_text="max_n fits in suite_size")
@@ -184,6 +191,9 @@ class TicketPlanSerializer(serializers.Serializer):
     """The power plan of a ticket's tasks under the policy in force (``gates.selectors.plan``)."""
 
     policy = serializers.CharField()
+    design = serializers.CharField(
+        help_text="the policy's sequential design the plan sizes with: looks, spending, power"
+    )
     discordance_default = serializers.FloatField()
     refuse_unsettleable = serializers.ChoiceField(choices=list(REFUSE_UNSETTLEABLE_CHOICES))
     tasks = TaskPlanSerializer(many=True)

@@ -19,6 +19,7 @@ from typing import Any
 from gates.judge.power import (
     DEFAULT_DISCORDANCE,
     PowerPlan,
+    exact_sequential,
     plan_task,
     planned_information,
     shipped_first_sizes,
@@ -73,17 +74,37 @@ def planned_design(rule: SequentialRule, confidence: float) -> GroupSequentialDe
     )
 
 
-def guardrail_plan(rule: SequentialRule, guardrail: MetricRule, discordance: float) -> PowerPlan:
-    """The power plan a planned-stage design is sized from: the guardrail's margin and confidence,
-    the policy's power, looks and spending, at ``discordance`` (the policy's default: the design
-    is the policy's, whatever was measured since)."""
+def design_summary(rule: SequentialRule) -> str:
+    """The policy's sequential design in words, as the plan at filing states what it sizes with."""
+    futility = "no futility stop" if rule.futility == "none" else f"{_SPENDING[rule.futility].label} futility"
+    return (
+        f"{rule.looks} looks, {_SPENDING[rule.alpha_spending].label} alpha spending, {futility}, power {rule.power:.0%}"
+    )
+
+
+def guardrail_plan(
+    rule: SequentialRule,
+    guardrail: MetricRule,
+    discordance: float,
+    *,
+    discordance_source: str = "default",
+    suite_size: int | None = None,
+    seconds_per_sample: float | None = None,
+) -> PowerPlan:
+    """The power plan of a pass-rate guardrail under the policy's design: its margin and confidence,
+    the policy's power, looks and spending, at ``discordance``. Planned stages are sized from it at
+    the policy's default discordance (the design is the policy's, whatever was measured since); the
+    plan at filing shows it at the baseline's measured discordance, with the suite and engine time."""
     planned = planned_design(rule, guardrail.confidence)
     return plan_task(
         margin=float(guardrail.margin or 0.0),
         confidence=guardrail.confidence,
         power=rule.power,
         discordance=discordance,
+        discordance_source=discordance_source,
         looks=rule.looks,
+        suite_size=suite_size,
+        seconds_per_sample=seconds_per_sample,
         alpha_spending=planned.alpha_spending,
         beta_spending=planned.beta_spending,
     )
@@ -137,6 +158,28 @@ class StagedLooks:
         }
 
 
+def judged_design(
+    rule: SequentialRule, guardrail: MetricRule, sizes: Sequence[int], *, discordance: float = DEFAULT_DISCORDANCE
+) -> GroupSequentialDesign:
+    """The design the guardrail's looks at ``sizes`` are planned with (``information: pairs``): the
+    policy's spending at those looks when the stages are sized from the plan at ``discordance``,
+    ``rule.looks`` equally spaced looks when they have the shipped size."""
+    if rule.stage_size == "planned":
+        return sized_design(guardrail_plan(rule, guardrail, discordance), sizes)
+    return planned_design(rule, guardrail.confidence)
+
+
+def expected_pairs(
+    rule: SequentialRule, guardrail: MetricRule, sizes: Sequence[int], *, discordance: float, planned: float
+) -> float:
+    """Paired samples the staged evaluation of ``guardrail`` is expected to take on a neutral change
+    (no true difference) at ``discordance``: its looks at ``sizes`` with the boundaries planned at the
+    policy's ``planned`` discordance, computed exactly (``power.exact_sequential``)."""
+    design = judged_design(rule, guardrail, sizes, discordance=planned)
+    margin, half = float(guardrail.margin or 0.0), discordance / 2
+    return exact_sequential(design, sizes, margin=margin, p_loss=half, p_gain=half).mean_samples
+
+
 def task_looks(
     rule: SequentialRule,
     guardrail: MetricRule,
@@ -159,10 +202,7 @@ def task_looks(
     if len(stages) > len(sizes):
         raise ValueError(f"{len(stages)} stages are more than the design's {len(sizes)} looks")
     margin = float(guardrail.margin or 0.0)
-    if rule.stage_size == "planned":
-        planned = sized_design(guardrail_plan(rule, guardrail, discordance), sizes)
-    else:
-        planned = planned_design(rule, guardrail.confidence)
+    planned = judged_design(rule, guardrail, sizes, discordance=discordance)
     counts: list[tuple[int, int, int]] = []
     losses = gains = n = base_passed = cand_passed = 0
     for number, (base, cand) in enumerate(stages, start=1):

@@ -1,8 +1,11 @@
 """The power plan of a ticket before evaluation: per task, how many paired samples its pass-rate
-guardrails need (``gates.judge.power.plan_task``), whether the suite holds them, and the engine time.
+guardrails need (``gates.judge.staged.guardrail_plan``), whether the suite holds them, and the engine time.
 
 Each input is stated with its source, so a reader can judge the plan:
 
+* **the design** is the policy's ``sequential`` one (looks, alpha and futility spending, power):
+  the plan sizes what the staged evaluation will be judged with (a policy that judges one fixed
+  stage plans with ``SequentialRule``'s defaults);
 * **margin and confidence** from the policy's quality guardrails on pass/fail metrics (a graded
   score is judged by bootstrap and has no such plan); the guardrail needing the most pairs decides;
 * **discordance** (the share of paired samples whose outcome differs) from ``task_discordance``:
@@ -24,11 +27,11 @@ from backends.models import Backend
 from evaluators.models import EvaluationAttempt, RunSource, RunStatus, SampleRecord, TaskResult
 from evaluators.suites import get_suite
 from evaluators.suites.base import HELD_OUT_SIZE
-from gates.judge.power import PowerPlan, plan_task
-from gates.judge.staged import staged_guardrails
+from gates.judge.power import PowerPlan
+from gates.judge.staged import design_summary, expected_pairs, guardrail_plan, staged_guardrails
 from gates.models import ReleaseTicket
 from gates.policy.metrics import METRIC_SPECS
-from gates.policy.rules import MetricRule, Policy
+from gates.policy.rules import MetricRule, Policy, SequentialRule
 from gates.selectors.calibrations import current_calibration
 from gates.selectors.stages import stage_sizes
 
@@ -59,6 +62,22 @@ class TaskPlan:
     power: PowerPlan
     refused: bool  # not settleable, and the policy refuses on this discordance source
     stage_looks: tuple[int, ...] = ()  # the pairs the staged evaluation looks at (policy ``sequential``)
+    # The pairs the evaluation is expected to take on a neutral change: at its stage looks where it
+    # is staged (``gates.judge.staged.expected_pairs``), otherwise the design's at ``power.max_n``.
+    expected_pairs: float = 0.0
+
+    @property
+    def most_pairs(self) -> int:
+        """The pairs the evaluation takes at most: its last stage look, or the design's maximum."""
+        return self.stage_looks[-1] if self.stage_looks else self.power.max_n
+
+    @property
+    def expected_engine_s(self) -> float:
+        return self.expected_pairs * self.seconds_per_pair
+
+    @property
+    def max_engine_s(self) -> float:
+        return self.most_pairs * self.seconds_per_pair
 
     @property
     def message(self) -> str:
@@ -89,15 +108,16 @@ class TaskPlan:
             "max_n": plan.max_n,
             "look_sizes": list(plan.look_sizes),
             "stage_looks": list(self.stage_looks),
-            "expected_n": round(plan.expected_n, 1),
+            "most_pairs": self.most_pairs,
+            "expected_n": round(self.expected_pairs, 1),
             "shipped_samples": self.shipped_samples,
             "suite_size": self.suite_size,
             "settleable": plan.settleable,
             "refused": self.refused,
             "seconds_per_pair": self.seconds_per_pair,
             "seconds_source": self.seconds_source,
-            "expected_engine_s": round(plan.expected_engine_s or 0.0, 1),
-            "max_engine_s": round(plan.max_engine_s or 0.0, 1),
+            "expected_engine_s": round(self.expected_engine_s, 1),
+            "max_engine_s": round(self.max_engine_s, 1),
             "message": self.message,
         }
 
@@ -107,6 +127,7 @@ class TicketPlan:
     """The plan of every task a ticket is judged on, under one policy."""
 
     policy: str
+    design: str  # the policy's sequential design in words (``gates.judge.staged.design_summary``)
     discordance_default: float
     refuse_unsettleable: str
     tasks: tuple[TaskPlan, ...]
@@ -118,15 +139,16 @@ class TicketPlan:
 
     @property
     def expected_engine_s(self) -> float:
-        return sum(task.power.expected_engine_s or 0.0 for task in self.tasks)
+        return sum(task.expected_engine_s for task in self.tasks)
 
     @property
     def max_engine_s(self) -> float:
-        return sum(task.power.max_engine_s or 0.0 for task in self.tasks)
+        return sum(task.max_engine_s for task in self.tasks)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
+            "design": self.design,
             "discordance_default": self.discordance_default,
             "refuse_unsettleable": self.refuse_unsettleable,
             "tasks": [task.to_dict() for task in self.tasks],
@@ -232,17 +254,30 @@ def pass_fail_guardrails(policy: Policy, task: str) -> list[MetricRule]:
 
 @functools.lru_cache(maxsize=256)
 def _power(
-    margin: float, confidence: float, discordance: float, source: str, suite_size: int, seconds: float
+    rule: SequentialRule,
+    guardrail: MetricRule,
+    discordance: float,
+    source: str,
+    suite_size: int,
+    seconds: float,
 ) -> PowerPlan:
+    # The policy's design (looks, spending, power), the one its staged evaluation is judged with.
     # plan_task builds the group-sequential design afresh (~0.1 s); a page shows the same few plans.
-    return plan_task(
-        margin=margin,
-        confidence=confidence,
-        discordance=discordance,
+    return guardrail_plan(
+        rule,
+        guardrail,
+        discordance,
         discordance_source=source,
         suite_size=suite_size,
         seconds_per_sample=seconds,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _expected(
+    rule: SequentialRule, guardrail: MetricRule, looks: tuple[int, ...], discordance: float, planned: float
+) -> float:
+    return expected_pairs(rule, guardrail, looks, discordance=discordance, planned=planned)
 
 
 # --- the plan ----------------------------------------------------------------------------------
@@ -280,11 +315,17 @@ def ticket_plan(*, policy: Policy, baseline: Backend, tasks: Iterable[tuple[str,
         candidates = [
             (
                 guardrail,
-                _power(guardrail.margin or 0.0, guardrail.confidence, discordance, source, suite_size, seconds),
+                _power(policy.sequential, guardrail, discordance, source, suite_size, seconds),
             )
             for guardrail in guardrails
         ]
         deciding, power = max(candidates, key=lambda pair: pair[1].max_n)
+        looks = _stage_looks(policy, task, shipped)
+        expected = (
+            _expected(policy.sequential, deciding, looks, discordance, rule.discordance_default)
+            if looks and policy.sequential.information == "pairs"
+            else power.expected_n
+        )
         refuses = rule.refuse_unsettleable == "always" or (
             rule.refuse_unsettleable == "measured" and measured is not None
         )
@@ -304,11 +345,13 @@ def ticket_plan(*, policy: Policy, baseline: Backend, tasks: Iterable[tuple[str,
                 seconds_source=seconds_source,
                 power=power,
                 refused=refuses and not power.settleable,
-                stage_looks=_stage_looks(policy, task, shipped),
+                stage_looks=looks,
+                expected_pairs=expected,
             )
         )
     return TicketPlan(
         policy=policy.version_label,
+        design=design_summary(policy.sequential),
         discordance_default=rule.discordance_default,
         refuse_unsettleable=rule.refuse_unsettleable,
         tasks=tuple(planned),
