@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import signal, special
 from scipy import stats as sps
 
@@ -276,6 +277,24 @@ def _counts(
     return cumulative[:, :, 0], cumulative[:, :, 1]
 
 
+def _look_outcomes(
+    losses: np.ndarray,
+    gains: np.ndarray,
+    n: npt.ArrayLike,
+    margin: float,
+    efficacy: np.ndarray | float,
+    futility: np.ndarray | float,
+    one_sided_futility: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Elementwise, whether a look at these counts approves, rejects or stops as futile, by the rules
+    of ``sequential.decide_look`` in its order (a last look never stops as futile: the caller's)."""
+    score = noninferiority_score(losses, gains, n, margin)
+    approve = score >= efficacy
+    reject = ~approve & rejects(harm_score(losses, gains, n, margin), (gains - losses) / n, efficacy, margin)
+    futile_zone = score <= futility if one_sided_futility else np.abs(score) <= futility
+    return approve, reject, futile_zone & ~approve & ~reject
+
+
 def simulate_sequential(
     design: GroupSequentialDesign,
     sizes: Sequence[int],
@@ -296,13 +315,9 @@ def simulate_sequential(
     """
     losses, gains = _counts(rng, sizes, runs, p_loss, p_gain)
     n = np.broadcast_to(np.asarray(sizes), losses.shape)
-    score = noninferiority_score(losses, gains, n, margin)
-    efficacy = np.asarray(design.efficacy)
-    futility = np.asarray(design.futility)
-    approve = score >= efficacy
-    reject = ~approve & rejects(harm_score(losses, gains, n, margin), (gains - losses) / n, efficacy, margin)
-    futile_zone = score <= futility if one_sided_futility else np.abs(score) <= futility
-    futile = futile_zone & ~approve & ~reject  # a look's rules in decide_look's order
+    approve, reject, futile = _look_outcomes(
+        losses, gains, n, margin, np.asarray(design.efficacy), np.asarray(design.futility), one_sided_futility
+    )
     futile[:, -1] = False
     stops = approve | reject | futile
     stops[:, -1] = True
@@ -346,13 +361,9 @@ def exact_sequential(
             gains, np.maximum(step - losses, 0), p_gain / (1 - p_loss) if p_loss < 1 else 0.0
         )
         running = np.clip(signal.fftconvolve(running, stage)[: most + 1, : most + 1], 0.0, None)
-        score = noninferiority_score(losses, gains, n, margin)
-        approve = score >= design.efficacy[k]
-        reject = ~approve & rejects(
-            harm_score(losses, gains, n, margin), (gains - losses) / n, design.efficacy[k], margin
-        )
+        approve, reject, futile = _look_outcomes(losses, gains, n, margin, design.efficacy[k], design.futility[k])
         last = k == len(sizes) - 1
-        futile = ~approve & ~reject & (np.abs(score) <= design.futility[k]) & (not last)
+        futile &= not last
         for name, mask in (("approve", approve), ("reject", reject), ("futile", futile)):
             ended[name] += float(running[mask].sum())
         stops = approve | reject | futile | last

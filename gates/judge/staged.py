@@ -89,12 +89,11 @@ def guardrail_plan(
     *,
     discordance_source: str = "default",
     suite_size: int | None = None,
-    seconds_per_sample: float | None = None,
 ) -> PowerPlan:
     """The power plan of a pass-rate guardrail under the policy's design: its margin and confidence,
     the policy's power, looks and spending, at ``discordance``. Planned stages are sized from it at
     the policy's default discordance (the design is the policy's, whatever was measured since); the
-    plan at filing shows it at the baseline's measured discordance, with the suite and engine time."""
+    plan at filing shows it at the baseline's measured discordance, against the suite."""
     planned = planned_design(rule, guardrail.confidence)
     return plan_task(
         margin=float(guardrail.margin or 0.0),
@@ -104,7 +103,6 @@ def guardrail_plan(
         discordance_source=discordance_source,
         looks=rule.looks,
         suite_size=suite_size,
-        seconds_per_sample=seconds_per_sample,
         alpha_spending=planned.alpha_spending,
         beta_spending=planned.beta_spending,
     )

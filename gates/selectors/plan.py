@@ -61,10 +61,10 @@ class TaskPlan:
     seconds_source: str
     power: PowerPlan
     refused: bool  # not settleable, and the policy refuses on this discordance source
-    stage_looks: tuple[int, ...] = ()  # the pairs the staged evaluation looks at (policy ``sequential``)
+    stage_looks: tuple[int, ...]  # the pairs the staged evaluation looks at (policy ``sequential``); () unstaged
     # The pairs the evaluation is expected to take on a neutral change: at its stage looks where it
     # is staged (``gates.judge.staged.expected_pairs``), otherwise the design's at ``power.max_n``.
-    expected_pairs: float = 0.0
+    expected_pairs: float
 
     @property
     def most_pairs(self) -> int:
@@ -259,18 +259,10 @@ def _power(
     discordance: float,
     source: str,
     suite_size: int,
-    seconds: float,
 ) -> PowerPlan:
     # The policy's design (looks, spending, power), the one its staged evaluation is judged with.
     # plan_task builds the group-sequential design afresh (~0.1 s); a page shows the same few plans.
-    return guardrail_plan(
-        rule,
-        guardrail,
-        discordance,
-        discordance_source=source,
-        suite_size=suite_size,
-        seconds_per_sample=seconds,
-    )
+    return guardrail_plan(rule, guardrail, discordance, discordance_source=source, suite_size=suite_size)
 
 
 @functools.lru_cache(maxsize=256)
@@ -315,7 +307,7 @@ def ticket_plan(*, policy: Policy, baseline: Backend, tasks: Iterable[tuple[str,
         candidates = [
             (
                 guardrail,
-                _power(policy.sequential, guardrail, discordance, source, suite_size, seconds),
+                _power(policy.sequential, guardrail, discordance, source, suite_size),
             )
             for guardrail in guardrails
         ]
