@@ -220,6 +220,16 @@ def test_cpu_engines_leave_the_first_cpu_free_unless_the_machine_says_otherwise(
     assert engine_env("cpu", {"VLLM_CPU_OMP_THREADS_BIND": "auto"})["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
 
 
+def test_cpu_engines_skip_the_compile_cache_vllm_cannot_load_back_unless_the_machine_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
+    assert engine_env("cpu")["VLLM_USE_AOT_COMPILE"] == "0"
+    assert "VLLM_USE_AOT_COMPILE" not in engine_env("gpu")  # on a GPU the cache loads and saves minutes
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    assert engine_env("cpu")["VLLM_USE_AOT_COMPILE"] == "1"
+
+
 def test_an_interrupt_during_start_up_still_kills_the_group(fake_engine: dict[str, object]) -> None:
     def interrupt(handle: EngineHandle) -> None:
         # Wait for the fake to record its grandchild, then behave like Ctrl-C / a task cancel.
@@ -384,7 +394,10 @@ def test_real_engine_streams_through_loadgen_and_exposes_evidence(tiny_engine: E
     assert httpx.get(tiny_engine.base_url + "/health").status_code == 200
     attach_engine(tiny_engine.base_url, "tiny")
     # vLLM took the launcher's thread binding (see default_cpu_threads_bind).
-    assert f"VLLM_CPU_OMP_THREADS_BIND={default_cpu_threads_bind()!r}" in tiny_engine.log_path.read_text()
+    log = tiny_engine.log_path.read_text()
+    assert f"VLLM_CPU_OMP_THREADS_BIND={default_cpu_threads_bind()!r}" in log
+    # Nor did it save an ahead-of-time compiled model it could not load back (see engine_env).
+    assert "AOT compil" not in log, [line for line in log.splitlines() if "AOT compil" in line]
     before = scrape_metrics(tiny_engine.base_url)
     # Shared prefix far above the 128-token CPU cache block, so later requests must hit the cache.
     requests = build_workload("long_shared_prefix", samples=_CORPUS, n=6, seed=0, prefix_words=300, max_tokens=16)
