@@ -223,10 +223,10 @@ def engine_env(device: Literal["cpu", "gpu"], env_extra: Mapping[str, str] | Non
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", default_cpu_threads_bind())
         # vLLM's ahead-of-time compile cache cannot load what it saved on the CPU (vllm-cpu 0.32 with
         # torch 2.13: "Compiling model again due to a load failure ... 'function' object has no
-        # attribute 'finalize_loading'", vllm-project/vllm#45447), so every start traced the model,
-        # tried the cache, traced it again and wrote it anew: 8-9 s of warm-up instead of 4, about
-        # 6 s of each start (docs/benchmarks.md, "Engine start-up"). Without it the model is traced
-        # once, to the same graph: decode speed measured equal.
+        # attribute 'finalize_loading'", vllm-project/vllm#45447), so every start tried the cache,
+        # failed, compiled the model anyway and wrote the cache anew: 9 s of warm-up instead of 4,
+        # about 6 s of each start (docs/benchmarks.md, "Engine start-up"). Without it the model is
+        # compiled once per start to the same graph: decode speed measured equal.
         env.setdefault("VLLM_USE_AOT_COMPILE", "0")
     elif device != "gpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', not {device!r}")
