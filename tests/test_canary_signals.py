@@ -23,11 +23,13 @@ from gates.judge.counts import judge_bad_rate
 from gates.judge.rules import Rule
 from gates.models import CanaryRound, OutcomeCount, ReleaseTicket
 from gates.policy.parse import load_policy
+from gates.policy.rules import POLICY_DIR
 from gates.selectors.verdicts import backend_verdict
 from gates.services import canary, routing, signoff
 from tests.factories import canary_round, decided
 from tests.prometheus_server import free_port
 from workers import tasks
+from workers.schedules import SCHEDULES, Every
 
 pytestmark = pytest.mark.django_db
 
@@ -249,6 +251,35 @@ def test_the_beat_queues_a_round_once_per_interval_and_only_with_prometheus(
     ):
         tasks.schedule_canary_rounds()
     delay.assert_called_once_with(in_canary.pk)
+
+
+@pytest.mark.parametrize("phase_s", [0.0, 7.0, 14.5])
+def test_on_the_installed_beat_schedule_rounds_come_every_interval_not_every_other(
+    in_canary: ReleaseTicket, settings: Any, phase_s: float
+) -> None:
+    """Beat ticks on the schedule ``install_schedules`` installs; each tick queues the rounds due and
+    the worker starts one a second later (its ``started_at``, the next round's anchor). Under the
+    demo policy's one-minute interval, the shortest any shipped policy has, every round is queued
+    within a quarter of an interval of falling due: ticking once a minute, each round missed its
+    tick by that second and was queued a whole minute late, two minutes after the last."""
+    settings.OPTGATE_PROMETHEUS_URL = "http://prometheus.invalid:9090"
+    policy = load_policy(POLICY_DIR / "demo.yaml")
+    interval = timedelta(minutes=policy.canary.interval_minutes)
+    (entry,) = [item for item in SCHEDULES if item.task == "optgate.schedule_canary_rounds"]
+    assert isinstance(entry.when, Every)
+    tick, lag = timedelta(seconds=entry.when.seconds), timedelta(seconds=1)
+    anchor = in_canary.canary_started_at
+    assert anchor is not None
+    now, end = anchor + timedelta(seconds=phase_s), anchor + 10 * interval
+    late = []
+    while now < end:
+        if canary.canary_rounds_due(now=now, policy=policy) == [in_canary.pk]:
+            late.append((now - (anchor + interval)).total_seconds())
+            anchor = now + lag
+            round_ = canary_round(in_canary, len(late), "pass", "continue", {"cs_summary": "pass"})
+            CanaryRound.objects.filter(pk=round_.pk).update(started_at=anchor)
+        now += tick
+    assert len(late) >= 8 and max(late) <= interval.total_seconds() / 4, late
 
 
 def test_the_worker_records_an_error_round_when_nobody_answers_and_raises_for_a_retry(

@@ -53,10 +53,15 @@ SCHEDULES: tuple[Schedule, ...] = (
         Every(15 * 60),
         "prompt (or auto-promote) canary tickets whose observation window has ended",
     ),
+    # Every 15 s, not every minute: a round is due one interval after the last one started, and
+    # that start comes a moment after the tick that queued it, so with ticks as far apart as the
+    # interval each round just misses its tick and waits a whole interval more (the demo policy's
+    # one-minute rounds came every two minutes). Ticking at a quarter of the shortest interval
+    # keeps every round within a quarter of it.
     Schedule(
         "optgate: canary analysis rounds",
         queue.SCHEDULE_CANARY_ROUNDS,
-        Every(60),
+        Every(15),
         "queue an analysis round for every canary ticket due one (the policy's canary.interval_minutes)",
     ),
     Schedule(
