@@ -18,12 +18,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
+from core import queue
 from gates.canary.contract import OutcomeExporter
 from gates.judge.counts import judge_bad_rate
 from gates.judge.rules import Rule
 from gates.models import CanaryRound, OutcomeCount, ReleaseTicket
 from gates.policy.parse import load_policy
-from gates.policy.rules import POLICY_DIR
 from gates.selectors.verdicts import backend_verdict
 from gates.services import canary, routing, signoff
 from tests.factories import canary_round, decided
@@ -263,9 +263,9 @@ def test_on_the_installed_beat_schedule_rounds_come_every_interval_not_every_oth
     within a quarter of an interval of falling due: ticking once a minute, each round missed its
     tick by that second and was queued a whole minute late, two minutes after the last."""
     settings.OPTGATE_PROMETHEUS_URL = "http://prometheus.invalid:9090"
-    policy = load_policy(POLICY_DIR / "demo.yaml")
+    policy = load_policy("demo")
     interval = timedelta(minutes=policy.canary.interval_minutes)
-    (entry,) = [item for item in SCHEDULES if item.task == "optgate.schedule_canary_rounds"]
+    (entry,) = [item for item in SCHEDULES if item.task == queue.SCHEDULE_CANARY_ROUNDS]
     assert isinstance(entry.when, Every)
     tick, lag = timedelta(seconds=entry.when.seconds), timedelta(seconds=1)
     anchor = in_canary.canary_started_at
