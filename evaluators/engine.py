@@ -48,7 +48,41 @@ def default_cpu_threads_bind() -> str:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return "nobind"
-    return ",".join(str(cpu) for cpu in cpus[1:])  # vLLM reads lists like "1,2,3"
+    return _cpu_list(cpus[1:])
+
+
+def side_by_side_cpu_binds(engines: int) -> list[str | None]:
+    """Where the model threads of ``engines`` CPU engines serving at the same time run: CPUs of
+    their own for each, so neither engine's latency measures the other's load.
+
+    Sharing the CPUs of ``default_cpu_threads_bind``, the first engine's prefills held up the
+    second's answers: on the demo's canary traffic a slice's P95 came out 58 % above the other's
+    one round and below it the next (docs/benchmarks.md, "Two serving engines, one core each").
+    With a CPU more than the engines, the first stays free as there and the rest are split into
+    contiguous groups; with exactly one CPU per engine, the first engine gets the first CPU, the one
+    the API servers and everything else also use, so a caller puts there the engine that any
+    disadvantage should fall on (a canary's candidate). With fewer CPUs than engines, or where the
+    machine's own ``VLLM_CPU_OMP_THREADS_BIND`` is set, None: each engine keeps the default.
+    """
+    if engines < 1:
+        raise ValueError("engines must be at least 1")
+    cpus = sorted(os.sched_getaffinity(0))
+    if "VLLM_CPU_OMP_THREADS_BIND" in os.environ or len(cpus) < engines:
+        return [None] * engines
+    if len(cpus) > engines:
+        cpus = cpus[1:]
+    share, extra = divmod(len(cpus), engines)
+    binds: list[str | None] = []
+    start = 0
+    for index in range(engines):
+        size = share + (1 if index < extra else 0)
+        binds.append(_cpu_list(cpus[start : start + size]))
+        start += size
+    return binds
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    return ",".join(str(cpu) for cpu in cpus)  # vLLM reads lists like "1,2,3"
 
 
 _POLL_INTERVAL_S = 1.0

@@ -279,9 +279,18 @@ def _open_engine(
 
 
 def backend_engine_launch(
-    backend: Backend, *, log_path: Path, on_spawn: Callable[[EngineHandle], None] | None = None
+    backend: Backend,
+    *,
+    log_path: Path,
+    on_spawn: Callable[[EngineHandle], None] | None = None,
+    cpu_threads_bind: str | None = None,
 ) -> EngineHandle:
-    """Start ``backend``'s engine as this deployment's settings say (model roots, start-up timeout, device)."""
+    """Start ``backend``'s engine as this deployment's settings say (model roots, start-up timeout, device).
+
+    ``cpu_threads_bind`` is where a CPU engine's model threads run instead of the default (engines
+    serving side by side: ``side_by_side_cpu_binds``); a GPU engine ignores it."""
+    device = _device()
+    bind = {"VLLM_CPU_OMP_THREADS_BIND": cpu_threads_bind} if cpu_threads_bind and device == "cpu" else None
     return launch_engine(
         model_path=backend.model_path,
         served_model_name=backend.name,
@@ -289,7 +298,8 @@ def backend_engine_launch(
         log_path=log_path,
         model_roots=list(settings.OPTGATE_MODEL_ROOTS),
         startup_timeout_s=settings.OPTGATE_ENGINE_STARTUP_TIMEOUT_S,
-        device=_device(),
+        device=device,
+        env_extra=bind,
         on_spawn=on_spawn,
     )
 

@@ -31,6 +31,7 @@ from evaluators.engine import (
     engine_env,
     find_error_line,
     launch_engine,
+    side_by_side_cpu_binds,
 )
 from evaluators.engine_metrics import derive_engine_evidence, scrape_metrics
 from evaluators.loadgen import build_workload, run_load_sync
@@ -218,6 +219,28 @@ def test_cpu_engines_leave_the_first_cpu_free_unless_the_machine_says_otherwise(
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
     assert engine_env("cpu")["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
     assert engine_env("cpu", {"VLLM_CPU_OMP_THREADS_BIND": "auto"})["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+
+
+def test_engines_serving_side_by_side_get_cpus_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    # One CPU per engine: the first engine takes the first CPU, the one everything else shares.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert side_by_side_cpu_binds(2) == ["0", "1"]
+    # More CPUs than engines: the first stays free and the rest are split, the odd one to the first engine.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 4, 5, 6, 7})
+    assert side_by_side_cpu_binds(2) == ["3,4,5", "6,7"]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert side_by_side_cpu_binds(2) == ["1", "2"]
+    assert side_by_side_cpu_binds(1) == [default_cpu_threads_bind()]
+    # Fewer CPUs than engines: nothing of their own to give, each keeps the default.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert side_by_side_cpu_binds(2) == [None, None]
+    # The machine's own binding wins, as it does for one engine.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    assert side_by_side_cpu_binds(2) == [None, None]
+    with pytest.raises(ValueError, match="at least 1"):
+        side_by_side_cpu_binds(0)
 
 
 def test_cpu_engines_skip_the_compile_cache_vllm_cannot_load_back_unless_the_machine_says_otherwise(
