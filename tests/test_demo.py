@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from evaluators.engine import side_by_side_cpu_binds
 from tests.demo_evidence import BASELINE, LOW_BIT, PREFIX_CACHE, DemoEvidence
 from tests.factories import assert_prefix_cache_judged
 
@@ -137,6 +138,16 @@ def test_the_approved_ticket_is_promoted_by_its_canary_on_measured_rounds_only_a
     }
     assert re.search(r"^    round \d+: pass → ", stdout, re.MULTILINE)
     assert re.search(r"^    rita promotes #\d+", stdout, re.MULTILINE)
+    # Each serving engine computed on CPUs of its own (vLLM logs the binding it took), the
+    # candidate on the one the rest of the demo shares: neither slice's latency is the other's load.
+    expected = side_by_side_cpu_binds(2)
+    if None not in expected:
+        logs = demo_evidence.var_dir / "logs"
+        bound = {
+            backend: re.findall(r"VLLM_CPU_OMP_THREADS_BIND='([^']*)'", (logs / f"canary-{backend}.log").read_text())
+            for backend in (PREFIX_CACHE, BASELINE)
+        }
+        assert bound == {PREFIX_CACHE: [expected[0]], BASELINE: [expected[1]]}, bound
 
 
 def test_the_demos_baseline_engine_starts_once_and_stays_warm_for_each_ticket(demo_evidence: DemoEvidence) -> None:
