@@ -43,7 +43,8 @@ from tools.prometheus import PrometheusServer, prometheus_binary, start_promethe
 TRAFFIC_TENANTS = ("tenant-a", "tenant-b", "tenant-c", "tenant-d")
 # Requests per second over every task and tenant: about 90 per task, slice and one-minute round
 # (the demo policy's). With a core each, the two CPU engines answer all of it as it comes: the
-# candidate in about 0.2 s (median), the baseline, prefilling every prompt in full, in 1-4 s.
+# candidate in about 0.2 s (median), the baseline, prefilling every prompt in full, in about 3-4 s
+# (manage.py bench_canary_engines).
 TRAFFIC_RATE = 6.0
 # How long the demo follows the canary past its observation window before it stops waiting.
 GRACE_S = 300.0
