@@ -16,7 +16,6 @@ came against how fast the requests were sent.
 from __future__ import annotations
 
 import logging
-import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from evaluators.engine import EngineHandle, launch_engine, side_by_side_cpu_binds
 from evaluators.interleave import Endpoint
+from evaluators.loadgen import percentile
 from gates.canary.contract import HUMAN_RETURN, OutcomeExporter
 from gates.canary.traffic import Target, TrafficDriver
 from tools.demo.canary import TRAFFIC_RATE, TRAFFIC_TENANTS
@@ -192,17 +192,12 @@ class Command(BaseCommand):
                 }
                 if not all(cells.values()):
                     continue
-                p95 = {side: _quantile(values, 0.95) for side, values in cells.items()}
+                p95 = {side: percentile(values, 95) or 0.0 for side, values in cells.items()}
                 self.stdout.write(
                     f"  {minute:>6}  {task:<14}  "
                     + "   ".join(
-                        f"{len(values):>10}  {statistics.median(values):>6.0f}  {p95[side]:>6.0f}"
+                        f"{len(values):>10}  {percentile(values, 50) or 0.0:>6.0f}  {p95[side]:>6.0f}"
                         for side, values in cells.items()
                     )
                     + f"   {p95[CANDIDATE] / p95[BASELINE]:>13.2f}"
                 )
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of sorted ``values`` (linear between order statistics)."""
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1] if len(values) > 1 else values[0]
