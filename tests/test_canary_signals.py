@@ -6,22 +6,29 @@ The rounds themselves run against a real Prometheus in tests/test_canary_rounds.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
+from scipy import stats as scipy_stats
 
 from core import queue
-from gates.canary.contract import OutcomeExporter
+from evaluators.engine_metrics import MetricsSnapshot, histogram_quantile
+from gates.canary.contract import BUCKET_GROWTH, DURATION_BUCKETS, DURATION_METRIC, OutcomeExporter
+from gates.canary.judge import judge_latency_quantile
 from gates.judge.counts import judge_bad_rate
 from gates.judge.rules import Rule
+from gates.judge.stats import quantile_bounds
 from gates.models import CanaryRound, OutcomeCount, ReleaseTicket
 from gates.policy.parse import load_policy
 from gates.selectors.verdicts import backend_verdict
@@ -63,6 +70,33 @@ def test_the_exporter_speaks_the_documented_contract() -> None:
     assert scraped[("optgate_outcome_total", labels(**base, outcome="refusal"))] == 0  # prepared at zero
     assert scraped[("optgate_request_duration_seconds_count", labels(**base, phase="e2e"))] == 4
     assert scraped[("optgate_request_duration_seconds_count", labels(**base, phase="ttft"))] == 1
+
+
+@pytest.mark.parametrize(
+    ("median_s", "spread", "n"), [(0.03, 0.3, 90), (0.08, 0.5, 90), (0.4, 0.8, 200), (3.0, 1.0, 500)]
+)
+def test_a_latency_quantile_read_from_the_exporter_histogram_is_within_a_fifth_of_the_exact_one(
+    median_s: float, spread: float, n: int
+) -> None:
+    # What a canary round reads: Prometheus' histogram_quantile over the contract's buckets (the
+    # engine-metrics helper interpolates the same way). Inside one bucket, so off by less than a
+    # bucket's width; with buckets a factor 2.5 apart, a few requests crossing 100 ms moved a P95 by half.
+    latencies = np.random.default_rng(n).lognormal(np.log(median_s), spread, size=n)
+    exporter = OutcomeExporter()
+    for seconds in latencies:
+        exporter.record(task="knowledge_qa", backend="cand", tenant="acme", outcome="ok", ttft_s=float(seconds))
+    scraped = MetricsSnapshot.from_text(generate_latest(exporter.registry).decode())
+    for q in (0.5, 0.9, 0.95, 0.99):
+        read = histogram_quantile(MetricsSnapshot.from_text(""), scraped, DURATION_METRIC, q)
+        exact = float(np.sort(latencies)[math.ceil(q * n) - 1])  # the order statistic at Prometheus' rank
+        assert read is not None
+        assert 1 / BUCKET_GROWTH - 0.01 <= read / exact <= BUCKET_GROWTH + 0.01, (q, read, exact)
+
+
+def test_the_exporter_buckets_cover_interactive_latencies_evenly() -> None:
+    assert DURATION_BUCKETS[0] <= 0.005 and DURATION_BUCKETS[-1] >= 120
+    growth = [upper / lower for lower, upper in itertools.pairwise(DURATION_BUCKETS)]
+    assert all(1.15 < step <= BUCKET_GROWTH + 0.01 for step in growth), growth
 
 
 def test_the_exporter_refuses_an_outcome_outside_the_contract() -> None:
@@ -164,6 +198,71 @@ def test_no_errors_on_either_side_pass_only_with_enough_requests_to_show_it() ->
     assert empty.status == "inconclusive"
 
 
+def histogram(latencies_s: Any) -> list[tuple[float, float]]:
+    """Cumulative counts over the contract's buckets, in ms, as a round reads them from Prometheus."""
+    sorted_ms = np.sort(np.asarray(latencies_s) * 1000)
+    bounds = [bound * 1000 for bound in DURATION_BUCKETS] + [math.inf]
+    return [(bound, float(np.searchsorted(sorted_ms, bound, side="right"))) for bound in bounds]
+
+
+def test_quantile_bounds_take_the_order_statistics_ranks_from_the_binomial_and_widen_them_to_buckets() -> None:
+    # 100 requests, one in each of 100 known buckets (bounds 1..100 ms): the 95th percentile's
+    # ranks at 95 % are Binomial(100, 0.95)'s 2.5 % point and one past its 97.5 % point.
+    counts = [(float(k), float(k)) for k in range(1, 101)] + [(math.inf, 100.0)]
+    low_rank = int(scipy_stats.binom.ppf(0.025, 100, 0.95))
+    high_rank = int(scipy_stats.binom.ppf(0.975, 100, 0.95)) + 1
+    assert (low_rank, high_rank) == (90, 100)
+    assert quantile_bounds(counts, 0.95, 0.95) == (89.0, 100.0)  # rank 90 lies in (89, 90], rank 100 in (99, 100]
+    median = quantile_bounds(counts, 0.5, 0.95)
+    assert median is not None and median[0] < 50 < median[1]
+    assert quantile_bounds([(math.inf, 0.0)], 0.95, 0.95) is None
+    # Too few requests for an upper rank: the interval is open above.
+    assert quantile_bounds([(10.0, 5.0), (math.inf, 5.0)], 0.95, 0.95) == (0.0, math.inf)
+
+
+def test_quantile_bounds_cover_the_true_quantile_at_least_as_often_as_asked() -> None:
+    rng = np.random.default_rng(7)
+    true_p95 = math.exp(math.log(0.1) + 0.5 * scipy_stats.norm.ppf(0.95)) * 1000
+    covered = 0
+    for _ in range(400):
+        low, high = quantile_bounds(histogram(rng.lognormal(math.log(0.1), 0.5, size=90)), 0.95, 0.95) or (0, 0)
+        covered += low <= true_p95 <= high
+    assert covered / 400 >= 0.93, covered
+
+
+LATENCY = Rule(metric="ttft_p95", kind="guardrail", label="TTFT P95", margin=0.5, min_n=50, source="canary")
+
+
+def test_a_latency_quantile_beyond_the_margin_fails_only_when_the_buckets_interval_is_beyond_it_too() -> None:
+    rng = np.random.default_rng(3)
+    same = rng.lognormal(math.log(0.06), 0.4, size=(2, 88))
+    # The demo's paused round: 94 → 151 ms read on one minute of the same kind of traffic.
+    noise = judge_latency_quantile(
+        LATENCY, "knowledge_qa", q=0.95, baseline=(93.9, histogram(same[0])), candidate=(151.0, histogram(same[1]))
+    )
+    assert noise.status == "inconclusive", noise.reason
+    assert "cannot tell a regression from its own noise" in noise.reason
+    assert noise.interval is not None and noise.interval[0] < 1.5 < noise.interval[1]
+    # Three times slower over two hundred requests: a breach the interval shows.
+    slower = rng.lognormal(math.log(0.06), 0.4, size=(2, 200)) * np.array([[1.0], [3.0]])
+    base_p95, cand_p95 = (float(np.quantile(side, 0.95)) * 1000 for side in slower)
+    broken = judge_latency_quantile(
+        LATENCY,
+        "knowledge_qa",
+        q=0.95,
+        baseline=(base_p95, histogram(slower[0])),
+        candidate=(cand_p95, histogram(slower[1])),
+    )
+    assert broken.status == "fail", broken.reason
+    assert broken.interval is not None and broken.interval[0] > 1.5
+    # Within the margin: a pass, as before; and a breach with no buckets to bound it is no failure.
+    assert judge_latency_quantile(LATENCY, "t", q=0.95, baseline=(100.0, []), candidate=(120.0, [])).status == "pass"
+    assert (
+        judge_latency_quantile(LATENCY, "t", q=0.95, baseline=(100.0, []), candidate=(400.0, [])).status
+        == "inconclusive"
+    )
+
+
 # --- the policy --------------------------------------------------------------------------------
 
 
@@ -180,9 +279,15 @@ def test_the_default_policy_carries_the_canary_section() -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("peak_fraction", 1.5), ("peak_fraction", "most"), ("peak_period_minutes", 0), ("peak_lookback_hours", -1)],
+    [
+        ("peak_fraction", 1.5),
+        ("peak_fraction", "most"),
+        ("peak_period_minutes", 0),
+        ("peak_lookback_hours", -1),
+        ("warmup_minutes", -1),
+    ],
 )
-def test_a_peak_setting_out_of_range_is_refused_naming_it(key: str, value: Any) -> None:
+def test_a_canary_setting_out_of_range_is_refused_naming_it(key: str, value: Any) -> None:
     import yaml
 
     from gates.policy.parse import PolicyError, validate_policy_text
@@ -268,8 +373,9 @@ def test_on_the_installed_beat_schedule_rounds_come_every_interval_not_every_oth
     (entry,) = [item for item in SCHEDULES if item.task == queue.SCHEDULE_CANARY_ROUNDS]
     assert isinstance(entry.when, Every)
     tick, lag = timedelta(seconds=entry.when.seconds), timedelta(seconds=1)
-    anchor = in_canary.canary_started_at
-    assert anchor is not None
+    assert in_canary.canary_started_at is not None
+    # The first round falls due one interval after the policy's warm-up.
+    anchor = in_canary.canary_started_at + timedelta(minutes=policy.canary.warmup_minutes)
     now, end = anchor + timedelta(seconds=phase_s), anchor + 10 * interval
     late = []
     while now < end:
@@ -294,6 +400,25 @@ def test_the_worker_records_an_error_round_when_nobody_answers_and_raises_for_a_
     tasks.run_canary_round(in_canary.pk)  # the same message again: the round is not due, nothing runs
     assert CanaryRound.objects.filter(ticket=in_canary).count() == 1
     assert backend_verdict(backend_name=in_canary.candidate.name).verdict == "canary_error"
+
+
+def test_the_first_round_comes_an_interval_after_the_warm_up_and_judges_from_its_end(
+    in_canary: ReleaseTicket, settings: Any
+) -> None:
+    settings.OPTGATE_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens: an error round
+    policy = load_policy("demo")  # a 20-second warm-up, then a round every minute
+    assert load_policy("default").canary.warmup_minutes == 0
+    started = in_canary.canary_started_at
+    assert started is not None
+    warm_from = started + timedelta(minutes=policy.canary.warmup_minutes)
+    assert warm_from > started
+    assert canary.canary_rounds_due(now=started + timedelta(minutes=1), policy=policy) == []
+    first = warm_from + timedelta(minutes=1)
+    assert canary.canary_rounds_due(now=first, policy=policy) == [in_canary.pk]
+    with pytest.raises(canary.CanaryRoundError):
+        canary.canary_round_run(ticket_id=in_canary.pk, now=first, policy=policy)
+    round_ = CanaryRound.objects.get(ticket=in_canary)
+    assert (round_.window_start, round_.window_end) == (warm_from, first)
 
 
 def slice_numbers(requests: int, bad: int, ttft_p95_ms: float) -> dict[str, Any]:

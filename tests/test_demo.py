@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from evaluators.engine import side_by_side_cpu_binds
+from gates.policy.parse import load_policy
 from tests.demo_evidence import BASELINE, LOW_BIT, PREFIX_CACHE, DemoEvidence
 from tests.factories import assert_prefix_cache_judged
 
@@ -112,8 +113,8 @@ def test_the_approved_ticket_is_promoted_by_its_canary_on_measured_rounds_only_a
     started = datetime.fromisoformat(ticket["canary_started_at"])
     window_ends = started + timedelta(hours=ticket["observation_window_hours"])
     rounds = demo_evidence.query(
-        "SELECT number, verdict, action, window_end, traffic, tasks FROM gates_canaryround WHERE ticket_id = ?"
-        " ORDER BY number",
+        "SELECT number, verdict, action, window_start, window_end, traffic, tasks FROM gates_canaryround"
+        " WHERE ticket_id = ? ORDER BY number",
         ticket["id"],
     )
     assert len(rounds) >= 2, [dict(r) for r in rounds]
@@ -122,6 +123,9 @@ def test_the_approved_ticket_is_promoted_by_its_canary_on_measured_rounds_only_a
     assert {r["action"] for r in going} == {"continue"} and last["action"] == "propose_promote"
     assert all(datetime.fromisoformat(r["window_end"]) < window_ends for r in going[:1])
     assert datetime.fromisoformat(last["window_end"]) >= window_ends  # time ended, evidence promoted
+    # The first round judged the canary's traffic after the demo policy's warm-up, not its cold start.
+    warm_from = started + timedelta(minutes=load_policy("demo").canary.warmup_minutes)
+    assert warm_from > started and datetime.fromisoformat(rounds[0]["window_start"]) >= warm_from, dict(rounds[0])
     traffic = json.loads(last["traffic"])
     assert set(traffic) == {"knowledge_qa", "compliance_qa"} and min(traffic.values()) >= 150, traffic
     for task, result in json.loads(last["tasks"]).items():

@@ -2,13 +2,17 @@
 
 Each signal of the policy's ``canary`` section is a guardrail judged by the gate's own judge:
 bad-outcome rates with ``gates.judge.counts`` (an interval of the difference, in points), latency
-quantiles from the histograms with ``judge_point`` (one figure per slice, a relative margin). A
-slice with fewer requests than the policy's per-round minimum is inconclusive, never a pass.
+quantiles from the histograms with ``judge_latency_quantile``: the two slices' quantiles against a
+relative margin, where a breach counts as one only when the quantiles' intervals from the bucket
+counts show it (otherwise the round is inconclusive and the next one adds evidence). A slice with
+fewer requests than the policy's per-round minimum is inconclusive, never a pass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gates.canary.queries import PeakReading, SliceNumbers
@@ -16,6 +20,8 @@ from gates.judge.counts import judge_bad_rate
 from gates.judge.performance import judge_point
 from gates.judge.records import MetricVerdict, unmeasured_verdict
 from gates.judge.rules import Rule
+from gates.judge.stats import quantile_bounds
+from gates.judge.wording import signed
 from gates.policy.metrics import CANARY_SIGNALS
 from gates.policy.rules import CanaryRule
 
@@ -108,15 +114,58 @@ def judge_task_round(task: str, *, candidate: SliceNumbers, baseline: SliceNumbe
             )
             continue
         verdicts.append(
-            judge_point(
+            judge_latency_quantile(
                 judged,
                 task,
-                baseline.latency_ms.get(signal.metric),
-                candidate.latency_ms.get(signal.metric),
-                "ms",
-                hib=False,
+                q=spec.quantile,
+                baseline=(baseline.latency_ms.get(signal.metric), baseline.latency_buckets.get(signal.metric, [])),
+                candidate=(candidate.latency_ms.get(signal.metric), candidate.latency_buckets.get(signal.metric, [])),
             )
         )
     status = min((verdict.status for verdict in verdicts), key=SEVERITY.index, default="inconclusive")
     critical = [verdict.metric for verdict in verdicts if verdict.status == "fail" and verdict.critical]
     return TaskRound(task, status, verdicts, candidate, baseline, critical)
+
+
+Reading = tuple[float | None, Sequence[tuple[float, float]]]
+
+
+def judge_latency_quantile(rule: Rule, task: str, *, q: float, baseline: Reading, candidate: Reading) -> MetricVerdict:
+    """A latency quantile of the candidate slice against the baseline slice's, each read as
+    Prometheus interpolates it (ms) with its histogram's cumulative bucket counts.
+
+    Within the margin is a pass, as one figure per slice reads it. Beyond it is a failure only when
+    the interval of the ratio is beyond it too: each slice's quantile bounded by its order
+    statistics (``quantile_bounds``, at half the policy's error rate each, so both hold together at
+    its confidence). Otherwise the round is inconclusive: a pause or a rollback never rests on one
+    histogram's interpolation over a minute of requests.
+    """
+    point = judge_point(rule, task, baseline[0], candidate[0], "ms", hib=False)
+    if point.status != "fail" or point.effect is None:
+        return point
+    each = 1 - (1 - rule.confidence) / 2
+    base_bounds = quantile_bounds(baseline[1], q, each)
+    cand_bounds = quantile_bounds(candidate[1], q, each)
+    low, high = 0.0, math.inf
+    if base_bounds is not None and cand_bounds is not None:
+        (base_low, base_high), (cand_low, cand_high) = base_bounds, cand_bounds
+        low = cand_low / base_high if 0 < base_high < math.inf else 0.0
+        high = cand_high / base_low if base_low > 0 else math.inf
+    shown = f"{signed((low - 1) * 100)}% to " + (f"{signed((high - 1) * 100)}%" if math.isfinite(high) else "unbounded")
+    test = f"histogram quantile per slice; order-statistic interval of the ratio from the bucket counts ({shown})"
+    if low > 1 + rule.margin:
+        return replace(
+            point,
+            interval=(low, high),
+            test=test,
+            reason=f"{point.reason} The buckets' interval puts the candidate's {shown} off the baseline's.",
+        )
+    return replace(
+        point,
+        status="inconclusive",
+        interval=(low, high),
+        test=test,
+        reason=f"{point.reason.removesuffix('.')}, but the interval the two histograms allow ({shown}) reaches "
+        "back inside the margin: this round cannot tell a regression from its own noise, and the next rounds add "
+        "evidence.",
+    )

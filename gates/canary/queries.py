@@ -6,7 +6,9 @@ every tenant but those. The numbers come from the business-signal contract
 the round's end), over a look-back window:
 
 * outcomes: ``sum by (outcome) (increase(optgate_outcome_total{…}[W]))``;
-* latency quantiles: ``histogram_quantile(q, sum by (le) (rate(optgate_request_duration_seconds_bucket{…}[W])))``.
+* latency quantiles: ``histogram_quantile(q, sum by (le) (rate(optgate_request_duration_seconds_bucket{…}[W])))``,
+  and the bucket counts behind them, ``sum by (le) (increase(…_bucket{…}[W]))``, which give the
+  quantile an interval (``gates.judge.stats.quantile_bounds``).
 
 Every query and what it returned is kept for the round's ledger entry. A transport failure, a
 non-JSON answer or an answer with ``status: error`` raises ``PrometheusError``: the round is an
@@ -57,11 +59,14 @@ def _quote(value: str) -> str:
 @dataclass
 class SliceNumbers:
     """What a slice saw over the window: requests (human returns excluded), outcome counts, and
-    latency quantiles in ms (None where the histogram had no observations)."""
+    latency quantiles in ms (None where the histogram had no observations), with each latency
+    histogram's cumulative bucket counts ``[(upper bound in ms, count), ...]`` (kept in the round's
+    query log, not in its summary)."""
 
     requests: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     latency_ms: dict[str, float | None] = field(default_factory=dict)
+    latency_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "outcomes": dict(self.outcomes), "latency_ms": dict(self.latency_ms)}
@@ -153,6 +158,16 @@ def slice_numbers(
         )
         seconds = _value(rows[0]) if rows else None
         numbers.latency_ms[metric] = seconds * 1000 if seconds is not None else None
+        rows = prometheus.query(
+            f"sum by (le) (increase({DURATION_METRIC}_bucket{{{part.selector(phase=phase)}}}[{window}]))",
+            at=at,
+            purpose=f"{metric} buckets: {name}",
+        )
+        numbers.latency_buckets[metric] = sorted(
+            (float(row["metric"]["le"]) * 1000, count)
+            for row in rows
+            if "le" in row.get("metric", {}) and (count := _value(row)) is not None
+        )
     return numbers
 
 

@@ -241,6 +241,43 @@ def mcnemar_noninferiority(
     )
 
 
+def quantile_bounds(
+    cumulative: Sequence[tuple[float, float]], q: float, confidence: float
+) -> tuple[float, float] | None:
+    """A distribution-free interval for the ``q`` quantile of what a histogram counted, from its
+    cumulative bucket counts ``[(upper bound, count), ...]`` (the last bound ``inf``); None for an
+    empty histogram.
+
+    The quantile lies between the order statistics of ranks l and u, where a Binomial(n, q) count
+    falls below l or at or above u with probability at most (1 − confidence)/2 each. A histogram
+    knows each order statistic only to its bucket, so the interval widens to the lower bound of the
+    bucket holding rank l and the upper bound of the bucket holding rank u (0 and ``inf`` where a
+    rank falls off either end).
+    """
+    check_confidence(confidence)
+    if not 0 < q < 1:
+        raise ValueError(f"q must be within (0, 1), got {q}")
+    counts = sorted(cumulative)
+    n = round(counts[-1][1]) if counts else 0
+    if n < 1:
+        return None
+    tail = (1 - confidence) / 2
+    lower_rank = int(sps.binom.ppf(tail, n, q))
+    upper_rank = int(sps.binom.ppf(1 - tail, n, q)) + 1
+
+    def bucket_of(rank: int) -> tuple[float, float]:
+        below = 0.0
+        for bound, count in counts:
+            if count >= rank - 0.5:  # increase() extrapolates: counts need not be whole
+                return below, bound
+            below = bound
+        return below, math.inf
+
+    low = bucket_of(lower_rank)[0] if lower_rank >= 1 else 0.0
+    high = bucket_of(upper_rank)[1] if upper_rank <= n else math.inf
+    return low, high
+
+
 def samples_needed(
     *,
     n: int,

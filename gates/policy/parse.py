@@ -292,6 +292,7 @@ def _power_plan(v: _Validator, raw: Any) -> PowerPlanRule:
 def _canary(v: _Validator, raw: Any) -> CanaryRule:
     keys = {
         "interval_minutes",
+        "warmup_minutes",
         "min_requests_per_round",
         "min_requests",
         "max_inconclusive_rounds",
@@ -337,6 +338,7 @@ def _canary(v: _Validator, raw: Any) -> CanaryRule:
         interval_minutes=v.number(
             raw.get("interval_minutes"), "canary.interval_minutes", 0.05, 1440, defaults.interval_minutes
         ),
+        warmup_minutes=v.number(raw.get("warmup_minutes"), "canary.warmup_minutes", 0, 1440, defaults.warmup_minutes),
         min_requests_per_round=v.integer(
             raw.get("min_requests_per_round"), "canary.min_requests_per_round", 1, defaults.min_requests_per_round
         ),

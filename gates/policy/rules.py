@@ -234,10 +234,14 @@ class CanaryRule:
     task over the canary, and per task at least one passing round at a peak period: its traffic on
     the task (every backend and tenant) at least ``peak_fraction`` of the task's busiest
     ``peak_period_minutes`` over the last ``peak_lookback_hours`` (``peak_fraction: 0`` drops the
-    condition). Time alone never promotes.
+    condition). Time alone never promotes. The first ``warmup_minutes`` of the canary are not
+    judged: a candidate starts with cold caches (a prefix cache holds none of the tenants'
+    documents yet), and the first round's window begins when the warm-up ends, one interval before
+    that round.
     """
 
     interval_minutes: float = 5.0
+    warmup_minutes: float = 0.0
     min_requests_per_round: int = 50
     min_requests: int = 1000
     max_inconclusive_rounds: int = 3

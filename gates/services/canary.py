@@ -139,17 +139,25 @@ def _interval(rule: CanaryRule) -> timedelta:
     return timedelta(minutes=rule.interval_minutes)
 
 
+def _warm_from(ticket: ReleaseTicket, rule: CanaryRule) -> datetime:
+    """When the canary's judged traffic begins: its start plus the policy's warm-up."""
+    assert ticket.canary_started_at is not None
+    return ticket.canary_started_at + timedelta(minutes=rule.warmup_minutes)
+
+
 def canary_rounds_due(*, now: datetime | None = None, policy: Policy | None = None) -> list[int]:
-    """Ids of canary tickets due a round: one interval after the canary started or after their last
-    round. Empty when no Prometheus is configured (then nothing is measured, and nothing promotes)."""
+    """Ids of canary tickets due a round: one interval after the canary's warm-up ended or after
+    their last round. Empty when no Prometheus is configured (then nothing is measured, and nothing
+    promotes)."""
     if not settings.OPTGATE_PROMETHEUS_URL:
         return []
     now = now or timezone.now()
-    interval = _interval((policy or gate_policy()).canary)
+    rule = (policy or gate_policy()).canary
+    interval = _interval(rule)
     due = []
     for ticket in ReleaseTicket.objects.filter(status=TicketStatus.CANARY, canary_started_at__isnull=False):
         latest = canary_latest_round(ticket)
-        anchor = latest.started_at if latest is not None else ticket.canary_started_at
+        anchor = latest.started_at if latest is not None else _warm_from(ticket, rule)
         if anchor is not None and anchor + interval <= now:
             due.append(ticket.pk)
     return due
@@ -178,7 +186,8 @@ def canary_round_run(
     policy = policy or gate_policy()
     rule = policy.canary
     now = now or timezone.now()
-    window_start = max(now - _interval(rule), ticket.canary_started_at)
+    # Never before the warm-up's end: a round run early (by hand) judges an empty window, inconclusive.
+    window_start = min(max(now - _interval(rule), _warm_from(ticket, rule)), now)
     latest = canary_latest_round(ticket)
     number = (latest.number if latest else CanaryRound.objects.filter(ticket=ticket).count()) + 1
     prometheus = Prometheus(

@@ -40,9 +40,10 @@ RECIPE = {
     "security_domain": "internal",
     "tenant": True,
 }
-# The prefix-caching ticket's canary window: 1.8 minutes, so the first round (a minute in) goes on
-# and the second (two minutes in, with about 170 candidate requests per task, over the demo
-# policy's 150) can propose the promotion; short enough to watch.
+# The prefix-caching ticket's canary window: 1.8 minutes, so the first round (a minute after the
+# demo policy's 20-second warm-up) goes on and the second (about 2⅓ minutes in, with about 200
+# candidate requests per task, over the demo policy's 150) can propose the promotion; short
+# enough to watch.
 CANARY_WINDOW_HOURS = 0.03
 ROLLBACK_PLAN = {
     "sacrifices": "the candidate's gain on the beneficiary tasks",
