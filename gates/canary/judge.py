@@ -4,7 +4,8 @@ Each signal of the policy's ``canary`` section is a guardrail judged by the gate
 bad-outcome rates with ``gates.judge.counts`` (an interval of the difference, in points), latency
 quantiles from the histograms with ``judge_latency_quantile``: the two slices' quantiles against a
 relative margin, where a breach counts as one only when the quantiles' intervals from the bucket
-counts show it (otherwise the round is inconclusive and the next one adds evidence). A slice with
+counts show it (otherwise the round is inconclusive: the canary goes on, pauses for people past the
+policy's run of inconclusive rounds, and never promotes on its own after one). A slice with
 fewer requests than the policy's per-round minimum is inconclusive, never a pass.
 """
 
@@ -166,6 +167,5 @@ def judge_latency_quantile(rule: Rule, task: str, *, q: float, baseline: Reading
         interval=(low, high),
         test=test,
         reason=f"{point.reason.removesuffix('.')}, but the interval the two histograms allow ({shown}) reaches "
-        "back inside the margin: this round cannot tell a regression from its own noise, and the next rounds add "
-        "evidence.",
+        "back inside the margin: this round cannot tell a regression from its own noise.",
     )
