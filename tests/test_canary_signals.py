@@ -26,6 +26,8 @@ from core import queue
 from evaluators.engine_metrics import MetricsSnapshot, histogram_quantile
 from gates.canary.contract import BUCKET_GROWTH, DURATION_BUCKETS, DURATION_METRIC, OutcomeExporter
 from gates.canary.judge import judge_latency_quantile
+from gates.canary.queries import Prometheus, Slice
+from gates.canary.queries import slice_numbers as slice_numbers_of
 from gates.judge.counts import judge_bad_rate
 from gates.judge.rules import Rule
 from gates.judge.stats import quantile_bounds
@@ -228,6 +230,27 @@ def test_quantile_bounds_cover_the_true_quantile_at_least_as_often_as_asked() ->
         low, high = quantile_bounds(histogram(rng.lognormal(math.log(0.1), 0.5, size=90)), 0.95, 0.95) or (0, 0)
         covered += low <= true_p95 <= high
     assert covered / 400 >= 0.93, covered
+
+
+def test_a_round_asks_for_each_phases_buckets_once_whatever_quantiles_it_reads() -> None:
+    asked: list[str] = []
+
+    class Recorder(Prometheus):
+        def query(self, promql: str, *, at: Any, purpose: str) -> list[dict[str, Any]]:
+            asked.append(promql)
+            return []
+
+    quantiles = [("e2e_p50", "e2e", 0.5), ("e2e_p95", "e2e", 0.95), ("ttft_p95", "ttft", 0.95)]
+    numbers = slice_numbers_of(
+        Recorder("http://prometheus.invalid"),
+        Slice("knowledge_qa", "cand", ("acme",)),
+        at=timezone.now(),
+        window_s=60,
+        quantiles=quantiles,
+    )
+    assert sum("histogram_quantile" in promql for promql in asked) == 3
+    bucket_queries = [promql for promql in asked if promql.startswith("sum by (le) (increase(")]
+    assert len(bucket_queries) == 2 and set(numbers.latency_buckets) == {"e2e", "ttft"}, asked
 
 
 LATENCY = Rule(metric="ttft_p95", kind="guardrail", label="TTFT P95", margin=0.5, min_n=50, source="canary")

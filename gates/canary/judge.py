@@ -119,8 +119,8 @@ def judge_task_round(task: str, *, candidate: SliceNumbers, baseline: SliceNumbe
                 judged,
                 task,
                 q=spec.quantile,
-                baseline=(baseline.latency_ms.get(signal.metric), baseline.latency_buckets.get(signal.metric, [])),
-                candidate=(candidate.latency_ms.get(signal.metric), candidate.latency_buckets.get(signal.metric, [])),
+                baseline=(baseline.latency_ms.get(signal.metric), baseline.latency_buckets.get(spec.phase, [])),
+                candidate=(candidate.latency_ms.get(signal.metric), candidate.latency_buckets.get(spec.phase, [])),
             )
         )
     status = min((verdict.status for verdict in verdicts), key=SEVERITY.index, default="inconclusive")

@@ -59,9 +59,9 @@ def _quote(value: str) -> str:
 @dataclass
 class SliceNumbers:
     """What a slice saw over the window: requests (human returns excluded), outcome counts, and
-    latency quantiles in ms (None where the histogram had no observations), with each latency
-    histogram's cumulative bucket counts ``[(upper bound in ms, count), ...]`` (kept in the round's
-    query log, not in its summary)."""
+    latency quantiles in ms (None where the histogram had no observations), with each phase's
+    cumulative bucket counts ``[(upper bound in ms, count), ...]`` (kept in the round's query log,
+    not in its summary)."""
 
     requests: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -158,12 +158,14 @@ def slice_numbers(
         )
         seconds = _value(rows[0]) if rows else None
         numbers.latency_ms[metric] = seconds * 1000 if seconds is not None else None
+        if phase in numbers.latency_buckets:
+            continue  # one phase's buckets serve every quantile of it (e2e_p50 and e2e_p95)
         rows = prometheus.query(
             f"sum by (le) (increase({DURATION_METRIC}_bucket{{{part.selector(phase=phase)}}}[{window}]))",
             at=at,
-            purpose=f"{metric} buckets: {name}",
+            purpose=f"{phase} buckets: {name}",
         )
-        numbers.latency_buckets[metric] = sorted(
+        numbers.latency_buckets[phase] = sorted(
             (float(row["metric"]["le"]) * 1000, count)
             for row in rows
             if "le" in row.get("metric", {}) and (count := _value(row)) is not None
