@@ -33,9 +33,11 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "request_success": ("vllm:request_success",),
 }
 KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-# Requests the scheduler holds back because the KV cache has no room for them: vLLM v1 admits what
-# fits rather than preempting, so under KV pressure this, not preemptions, is what rises.
+# Requests waiting for scheduling capacity: vLLM v1 admits what fits rather than preempting, so
+# under KV pressure this, not preemptions, is what rises. It also counts requests that wait for the
+# step's token budget or ``max_num_seqs`` (``MetricsSnapshot.waiting_for_kv_room`` tells them apart).
 KV_WAITING_GAUGE = ("vllm:num_requests_waiting_by_reason", ("reason", "capacity"))
+RUNNING_GAUGE = "vllm:num_requests_running"
 # The engine's cache configuration as an info gauge: its labels carry the KV blocks and their size.
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 # Percentiles read from the engine's histogram buckets over a window (Prometheus'
@@ -146,6 +148,26 @@ class MetricsSnapshot:
                 bound = float(dict(labels)["le"])
                 counts[bound] = counts.get(bound, 0.0) + value
         return counts
+
+    def waiting_for_kv_room(self) -> float | None:
+        """Requests this scrape shows held back for want of KV-cache room; None when it cannot tell.
+
+        vLLM's ``capacity`` waiting count also holds requests that wait for the step's token budget
+        while others prefill: a long-context load makes some on an engine whose cache is mostly
+        empty. They count here only when the cache could not take one more request the size of the
+        running ones: its free share is below what each running request holds on average, that is
+        ``running x (1 - usage) < usage``. (A CI run once saw a cache four times too large for its
+        load "hold back" three requests in one block, all waiting for the token budget.)
+        """
+        waiting = self.gauge_labelled(*KV_WAITING_GAUGE)
+        usage = self.gauge_max(*KV_USAGE_GAUGES)
+        if waiting is None or usage is None:
+            return None
+        running = self.gauge_max(RUNNING_GAUGE)
+        if running is None:
+            return None
+        full = running > 0 and running * (1.0 - usage) < usage
+        return waiting if full else 0.0
 
     def kv_capacity_tokens(self) -> float | None:
         """Tokens the KV cache holds (blocks x block size, from the cache-config info gauge)."""

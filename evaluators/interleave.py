@@ -232,7 +232,8 @@ def _weighted_mean(per_block: Sequence[dict[str, float | None]], key: str) -> fl
 
 class KvSampler:
     """Reads the KV-cache usage gauge every ``interval_s`` while a block runs (peak and time-weighted
-    mean), and how many requests waited for room in the cache (peak); with ``interval_s`` None it
+    mean), and how many requests waited for room in the cache (peak,
+    :meth:`~evaluators.engine_metrics.MetricsSnapshot.waiting_for_kv_room`); with ``interval_s`` None it
     reads nothing (and its result is empty).
 
     Each read costs the engine: vLLM's API server renders its whole ``/metrics`` page (55 KB with
@@ -246,6 +247,7 @@ class KvSampler:
         self.interval_s = interval_s
         self.samples: list[tuple[float, float]] = []
         self.waiting: list[float] = []
+        self.scheduler_waiting: list[float] = []  # vLLM's own count, token-budget waits included
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -259,9 +261,10 @@ class KvSampler:
                 usage = snapshot.gauge_max(*KV_USAGE_GAUGES) if snapshot else None
                 if usage is not None:
                     self.samples.append((time.monotonic(), usage))
-                waiting = snapshot.gauge_labelled(*KV_WAITING_GAUGE) if snapshot else None
+                waiting = snapshot.waiting_for_kv_room() if snapshot else None
                 if waiting is not None:
                     self.waiting.append(waiting)
+                    self.scheduler_waiting.append(snapshot.gauge_labelled(*KV_WAITING_GAUGE) or 0.0)
                 self._stop.wait(self.interval_s)
 
     def __enter__(self) -> KvSampler:
@@ -275,7 +278,10 @@ class KvSampler:
             self._thread.join(timeout=5)
 
     def result(self) -> dict[str, float | None]:
-        waiting = {"kv_waiting_peak": max(self.waiting) if self.waiting else None}
+        waiting = {
+            "kv_waiting_peak": max(self.waiting) if self.waiting else None,
+            "capacity_waiting_peak": max(self.scheduler_waiting) if self.scheduler_waiting else None,
+        }
         if not self.samples:
             return {"kv_cache_usage_peak": None, "kv_cache_usage_time_weighted_mean": None, **waiting}
         peak = max(u for _, u in self.samples)

@@ -271,6 +271,7 @@ def test_the_kv_gauge_is_sampled_during_a_block_only_when_asked() -> None:
         "kv_cache_usage_peak": None,
         "kv_cache_usage_time_weighted_mean": None,
         "kv_waiting_peak": None,
+        "capacity_waiting_peak": None,
     }
     with KvSampler("http://127.0.0.1:9", 0.01) as sampling:
         assert sampling._thread.is_alive()

@@ -278,6 +278,44 @@ def test_requests_held_back_for_kv_room_are_read_from_the_labelled_gauge() -> No
     assert snapshot.gauge_labelled("vllm:num_requests_waiting_by_reason", ("reason", "other")) is None
 
 
+def _scrape(waiting: float, usage: float | None, running: float | None) -> MetricsSnapshot:
+    text = (
+        "# TYPE vllm:num_requests_waiting_by_reason gauge\n"
+        f'vllm:num_requests_waiting_by_reason{{engine="0",model_name="m",reason="capacity"}} {waiting}\n'
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 5.0\n'
+    )
+    if usage is not None:
+        text += f'# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {usage}\n'
+    if running is not None:
+        text += f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+    return MetricsSnapshot.from_text(text)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "usage", "running", "held_back"),
+    [
+        # Three long requests fill the cache: the three behind them wait for room.
+        (3.0, 0.95, 3.0, 3.0),
+        (3.0, 1.0, 3.0, 3.0),
+        # The same three waiting while seven run in a cache not 60 % full: the token budget, not room.
+        (3.0, 0.58, 7.0, 0.0),
+        # One more like the running ones would just not fit (3 x 0.24 < 0.76), or would (0.26 x 3 > 0.74).
+        (2.0, 0.76, 3.0, 2.0),
+        (2.0, 0.74, 3.0, 0.0),
+        (0.0, 1.0, 3.0, 0.0),
+        # Nothing running holds the cache, so nothing waits for its room.
+        (4.0, 0.0, 0.0, 0.0),
+        # Without the usage or running gauge a scrape cannot tell.
+        (3.0, None, 3.0, None),
+        (3.0, 0.95, None, None),
+    ],
+)
+def test_only_requests_a_full_cache_holds_back_count_as_waiting_for_kv_room(
+    waiting: float, usage: float | None, running: float | None, held_back: float | None
+) -> None:
+    assert _scrape(waiting, usage, running).waiting_for_kv_room() == held_back
+
+
 def _kv_side(**engine: float) -> RunTaskEvidence:
     base = _side(queue_p95=1.0, queue_mean=0.1, ttft=50.0)
     from dataclasses import replace
