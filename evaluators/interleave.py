@@ -258,14 +258,18 @@ class KvSampler:
                     snapshot = scrape_metrics(self.base_url, client=client)
                 except Exception:  # a missed sample is no evidence either way
                     snapshot = None
-                usage = snapshot.gauge_max(*KV_USAGE_GAUGES) if snapshot else None
-                if usage is not None:
-                    self.samples.append((time.monotonic(), usage))
-                waiting = snapshot.waiting_for_kv_room() if snapshot else None
-                if waiting is not None:
-                    self.waiting.append(waiting)
-                    self.scheduler_waiting.append(snapshot.gauge_labelled(*KV_WAITING_GAUGE) or 0.0)
+                if snapshot is not None:
+                    self._read(snapshot)
                 self._stop.wait(self.interval_s)
+
+    def _read(self, snapshot: MetricsSnapshot) -> None:
+        usage = snapshot.gauge_max(*KV_USAGE_GAUGES)
+        if usage is not None:
+            self.samples.append((time.monotonic(), usage))
+        waiting = snapshot.waiting_for_kv_room()
+        if waiting is not None:
+            self.waiting.append(waiting)
+            self.scheduler_waiting.append(snapshot.gauge_labelled(*KV_WAITING_GAUGE) or 0.0)
 
     def __enter__(self) -> KvSampler:
         if self.interval_s is not None:

@@ -27,6 +27,7 @@ from django.contrib.auth.models import User
 from backends.models import Backend
 from evaluators import pipeline, services
 from evaluators.engine import EngineStartError
+from evaluators.engine_metrics import MetricsSnapshot
 from evaluators.interleave import (
     BASELINE,
     CANDIDATE,
@@ -275,6 +276,21 @@ def test_the_kv_gauge_is_sampled_during_a_block_only_when_asked() -> None:
     }
     with KvSampler("http://127.0.0.1:9", 0.01) as sampling:
         assert sampling._thread.is_alive()
+
+
+def test_the_kv_sampler_keeps_vllms_waiting_count_beside_the_requests_held_back_for_room() -> None:
+    def scrape(waiting: float, usage: float, running: float) -> MetricsSnapshot:
+        return MetricsSnapshot.from_text(
+            f'vllm:num_requests_waiting_by_reason{{reason="capacity"}} {waiting}\n'
+            f"vllm:kv_cache_usage_perc {usage}\nvllm:num_requests_running {running}\n"
+        )
+
+    sampler = KvSampler("http://127.0.0.1:9", None)
+    sampler._read(scrape(2.0, 0.5, 7.0))  # waiting for the token budget in a half-empty cache
+    sampler._read(scrape(1.0, 0.97, 3.0))  # waiting for room in a full one
+    result = sampler.result()
+    peaks = (result["capacity_waiting_peak"], result["kv_waiting_peak"], result["kv_cache_usage_peak"])
+    assert peaks == (2.0, 1.0, 0.97)
 
 
 # --- orchestration ------------------------------------------------------------------------------

@@ -284,10 +284,9 @@ def _scrape(waiting: float, usage: float | None, running: float | None) -> Metri
         f'vllm:num_requests_waiting_by_reason{{engine="0",model_name="m",reason="capacity"}} {waiting}\n'
         'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 5.0\n'
     )
-    if usage is not None:
-        text += f'# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {usage}\n'
-    if running is not None:
-        text += f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+    for name, value in (("vllm:kv_cache_usage_perc", usage), ("vllm:num_requests_running", running)):
+        if value is not None:
+            text += f'# TYPE {name} gauge\n{name}{{engine="0",model_name="m"}} {value}\n'
     return MetricsSnapshot.from_text(text)
 
 

@@ -216,7 +216,8 @@ def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_pr
     assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_waiting_peak"] > 0, squeezed.engine
     # Requests that waited on the roomy engine waited for the step's token budget, not for room.
     roomy = evidence.cand.stress
-    assert roomy is not None and not roomy.engine["preemptions"] and roomy.engine["kv_waiting_peak"] == 0, roomy.engine
+    assert roomy is not None
+    assert not roomy.engine["preemptions"] and roomy.engine["kv_waiting_peak"] == 0, roomy.engine
     print(
         "kv stress, requests waiting for capacity / for KV room (peak): "
         f"baseline {squeezed.engine['capacity_waiting_peak']} / {squeezed.engine['kv_waiting_peak']}, "
