@@ -439,9 +439,13 @@ class PairStartError(Exception):
         self.errors = errors
 
 
-def _open_pair(claimed: dict[str, tuple[EvaluationRun, EvaluationAttempt]]) -> dict[str, EngineHandle | AttachedEngine]:
+def _open_pair(
+    claimed: dict[str, tuple[EvaluationRun, EvaluationAttempt]], worker: str
+) -> dict[str, EngineHandle | AttachedEngine]:
     """Start both engines at once (start-up dominates on small machines), or take those this
-    worker kept warm; if either fails, stop the other."""
+    worker kept warm. If one cannot start, the other is kept warm when it came up healthy (the
+    failure is the other configuration's: the next run of this backend takes it); a cancellation
+    or any other error stops it."""
     taken = _take_warm([run for run, _ in claimed.values()])
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-start") as pool:
         futures = {
@@ -457,11 +461,14 @@ def _open_pair(claimed: dict[str, tuple[EvaluationRun, EvaluationAttempt]]) -> d
                 errors[side] = exc
             except BaseException as exc:  # cancellation, attach errors: stop what started, then re-raise
                 failure = failure or exc
-    if errors or failure is not None:
+    if failure is not None:
         for engine in engines.values():
             engine.stop()
-        if failure is not None:
-            raise failure
+        raise failure
+    if errors:
+        runs = {side: run for side, (run, _) in claimed.items()}
+        for side, engine in engines.items():
+            _park_or_stop(engine, runs[side], worker, keep=True)
         raise PairStartError(errors)
     return engines
 
@@ -487,7 +494,7 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
     engines: dict[str, EngineHandle | AttachedEngine] = {}
     try:
         with _sigterm_cancels():
-            engines = _open_pair(claimed)
+            engines = _open_pair(claimed, worker)
             timings["engines_up_s"] = round(time.monotonic() - started, 3)
             for run in runs.values():
                 _progress(run, "engines ready", ENGINE_SHARE)

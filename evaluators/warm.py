@@ -3,9 +3,10 @@
 Start-up dominates a decision's engine time on small machines (two CPU engines take ~47 s to start
 together, against ~18 s of quality and ~8 s of load), consecutive tickets usually share their
 baseline, and a staged evaluation runs the same pair again for every stage. So a worker process
-*parks* both engines of a pair that went well (and a single run's engine after that run) instead
-of stopping them, and the next run whose engine would start with exactly the same launch (model
-files, served name, engine arguments, device, environment) *takes* it.
+*parks* both engines of a pair that went well (a single run's engine after that run, and the
+engine that came up when its partner could not start) instead of stopping them, and the next run
+whose engine would start with exactly the same launch (model files, served name, engine
+arguments, device, environment) *takes* it.
 
 Rules that keep this safe:
 

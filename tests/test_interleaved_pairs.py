@@ -5,7 +5,8 @@
   keep the two sides level while two runs one after the other put the whole drift on one side;
 * a ticket fans out to one pair with one message; either run's message executes both; the
   baseline's deterministic quality may come from a matching earlier run, its timing never does;
-* a pair whose candidate cannot start ends the candidate run as ``start_failed``.
+* a pair whose candidate cannot start ends the candidate run as ``start_failed`` and keeps the
+  baseline that came up warm.
 
 The real-engine pair is in ``tests/test_measurement_engine.py``.
 """
@@ -18,6 +19,7 @@ import json
 import statistics
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +27,7 @@ from aiohttp import web
 from django.contrib.auth.models import User
 
 from backends.models import Backend
-from evaluators import pipeline, services
+from evaluators import pipeline, services, warm
 from evaluators.engine import EngineStartError
 from evaluators.engine_metrics import MetricsSnapshot
 from evaluators.interleave import (
@@ -41,10 +43,12 @@ from evaluators.interleave import (
 )
 from evaluators.loadgen import LoadRequest, LoadResult, RequestRecord, run_load_sync
 from evaluators.models import EvaluationRun, RunErrorKind, RunStatus, SampleRecord, TaskResult
+from evaluators.processes import group_alive
 from gates.models import ReleaseTicket, TicketStatus
 from gates.services import evaluation
 from ledger.models import LedgerEntry
 from tests.factories import captured_tasks
+from tests.test_warm_engine import start_engine
 
 # --- the schedule -------------------------------------------------------------------------------
 
@@ -414,27 +418,38 @@ def test_either_message_executes_the_pair_and_reuses_only_the_baselines_quality(
 
 
 @pytest.mark.django_db
-def test_a_candidate_that_cannot_start_fails_its_run_as_start_failed_and_stops_the_baseline(
-    baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch
+def test_a_candidate_that_cannot_start_fails_its_run_as_start_failed_and_the_baseline_stays_warm(
+    baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Path
 ) -> None:
-    started = _Engine(BASELINE)
+    settings.OPTGATE_WARM_ENGINE_IDLE_S = 600
+    warm.stop_parked()
+    started = start_engine(tmp_path, BASELINE)  # a real process in its own group, answering /health
 
-    def open_engine(run: EvaluationRun, attempt: Any, warm_engine: Any = None) -> _Engine:
+    def open_engine(run: EvaluationRun, attempt: Any, warm_engine: Any = None) -> Any:
         if run.pair_side == CANDIDATE:
             raise EngineStartError("engine exited with code 1 during start-up: ValueError: no AVX-512", exit_code=1)
         return started
 
     monkeypatch.setattr(services, "_open_engine", open_engine)
-    base_run, cand_run = services.pair_request(baseline=baseline, candidate=candidate, tasks=["knowledge_qa"])
-    services.run_execute(run_id=cand_run.pk)
+    monkeypatch.setattr(services, "_launch_key", lambda run: f"launch of {run.backend.name}")
+    try:
+        base_run, cand_run = services.pair_request(baseline=baseline, candidate=candidate, tasks=["knowledge_qa"])
+        services.run_execute(run_id=cand_run.pk)
 
-    base_run.refresh_from_db()
-    cand_run.refresh_from_db()
-    assert cand_run.status == RunStatus.ERROR and cand_run.error_kind == RunErrorKind.START_FAILED
-    assert "ValueError: no AVX-512" in cand_run.error
-    assert base_run.status == RunStatus.ERROR and base_run.error_kind == RunErrorKind.OTHER
-    assert "candidate engine of its pair could not start" in base_run.error
-    assert started.stopped
+        base_run.refresh_from_db()
+        cand_run.refresh_from_db()
+        assert cand_run.status == RunStatus.ERROR and cand_run.error_kind == RunErrorKind.START_FAILED
+        assert "ValueError: no AVX-512" in cand_run.error
+        assert base_run.status == RunStatus.ERROR and base_run.error_kind == RunErrorKind.OTHER
+        assert "candidate engine of its pair could not start" in base_run.error
+        # The failure is the candidate's configuration: the baseline that came up stays warm for the
+        # next run launched like it (a retry, the next ticket).
+        assert warm.parked_engines() == [started] and group_alive(started.pgid)
+        [(_, taken, _)] = warm.take(f"launch of {baseline.name}")
+        assert taken is started
+    finally:
+        warm.stop_parked()
+        started.stop()
 
 
 @pytest.mark.django_db

@@ -13,8 +13,11 @@ scenarios, each asserting its outcome.
   documents at a concurrency sized from the baseline's KV capacity);
 * an engine that cannot start is an ``error`` decision naming the root cause from its log.
 
-The scenarios on the ``kit-base`` baseline come first and one after the other: its engine stays
-warm from one to the next (``evaluators.warm``), as it would on a worker between tickets.
+The order spends as few engine starts as it can (``evaluators.warm``: a worker keeps the engines
+it last measured with): the KV scenario's two engines are its own, so it comes first; the
+scenarios on the ``kit-base`` baseline follow one after the other, its engine warm from one to the
+next (also past the candidate that cannot start), as on a worker between tickets; the seed-only
+pair comes last, and ``tests/test_staged_engine.py``, next in the suite, takes both its engines.
 """
 
 from __future__ import annotations
@@ -69,41 +72,39 @@ def _pair(
     return base_run, cand_run
 
 
-def test_a_seed_only_change_measured_interleaved_claims_no_regression(kit_backend: Any) -> None:
-    base_run, cand_run = _pair(kit_backend("kit-base"), kit_backend("kit-base-seed1", seed=1), ["code_assistant"])
-    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
-
-    blocks = TaskResult.objects.get(run=cand_run).performance["blocks"]
-    # Each engine's cache was emptied once, before its first block (after quality and warm-up).
-    assert len(blocks) == 8 and [block["cache_reset"] for block in blocks] == [True] + [False] * 7
-    positions = sorted(
-        [(b["position"], CANDIDATE) for b in blocks]
-        + [(b["position"], BASELINE) for b in TaskResult.objects.get(run=base_run).performance["blocks"]]
+def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_profile(kit_backend: Any) -> None:
+    """A baseline whose KV cache holds 3,072 tokens against one holding four times as many: the
+    kv_memory stress profile sends long documents at a concurrency sized to need twice the
+    baseline's cache, the baseline comes under pressure and the candidate does not."""
+    baseline = kit_backend("kit-base-small-kv", num_gpu_blocks_override=24)
+    candidate = kit_backend("kit-base-large-kv", num_gpu_blocks_override=96)
+    base_run, cand_run = _pair(
+        baseline, candidate, ["code_assistant"], stress="kv_memory", open_loop_requests=0, quality_samples=QUALITY_FEW
     )
-    assert "".join("A" if side == BASELINE else "B" for _, side in positions) == "ABBABAAB" * 2
-
-    # The bottleneck read from the engine: KV capacity and the task's max concurrency, queue P95 from
-    # the histogram (fine buckets). The KV gauge is read around each block, and sampled during the
-    # load only where a KV-memory claim is judged (each read stalls the token stream a little).
-    result = TaskResult.objects.get(run=cand_run)
-    engine = result.engine_evidence
-    assert engine["kv_capacity_tokens"] > 0 and engine["max_concurrency"] > 1
-    assert engine["engine_queue_p95_ms"] is not None and engine["kv_cache_usage_peak"] is not None
-    assert engine["kv_cache_usage_time_weighted_mean"] is None
-    # Load as users send it: an open-loop point near the baseline's capacity, interleaved too.
-    open_loop = result.performance["open_loop"]
-    assert open_loop["request_rate"] > 0 and len(open_loop["blocks"]) == 4
-    assert all(r["scheduled_s"] is not None for r in open_loop["requests"])
+    assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
+    stress = TaskResult.objects.get(run=cand_run).performance["stress"]
+    assert stress["plan"]["kv_capacity_tokens"] == 24 * 128 and stress["plan"]["concurrency"] >= 4
+    assert len(stress["point"]["blocks"]) == 4
 
     evidence = TaskEvidence(
         "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
     )
-    verdict = judge_task(POLICY, evidence, role="risk")
-    guardrails = {m.metric: m for m in verdict.metrics if m.kind == "guardrail"}
-    assert guardrails["pass_rate"].status == "pass", guardrails["pass_rate"].reason  # greedy: same answers
-    failing = [m.reason for m in guardrails.values() if m.status == "fail"]
-    assert not failing, failing
-    assert {"open_loop:ttft_p95", "open_loop:goodput"} <= {m.metric for m in verdict.metrics}
+    assert evidence.cand.engine["max_concurrency"] == pytest.approx(4 * evidence.base.engine["max_concurrency"])
+    squeezed = evidence.base.stress
+    assert squeezed is not None
+    assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_waiting_peak"] > 0, squeezed.engine
+    # Requests that waited on the roomy engine waited for the step's token budget, not for room.
+    roomy = evidence.cand.stress
+    assert roomy is not None
+    assert not roomy.engine["preemptions"] and roomy.engine["kv_waiting_peak"] == 0, roomy.engine
+    print(
+        "kv stress, requests waiting for capacity / for KV room (peak): "
+        f"baseline {squeezed.engine['capacity_waiting_peak']} / {squeezed.engine['kv_waiting_peak']}, "
+        f"candidate {roomy.engine['capacity_waiting_peak']} / {roomy.engine['kv_waiting_peak']}"
+    )
+    verdict = judge_task(POLICY, evidence, role="beneficiary", bottleneck="kv_memory")
+    kv = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
+    assert kv.status == "pass", kv.reason
 
 
 def test_a_prefix_cache_on_a_workload_with_no_shared_prefix_hits_nothing_and_gains_nothing(kit_backend: Any) -> None:
@@ -193,36 +194,38 @@ def test_an_engine_that_cannot_start_is_an_error_decision_with_its_root_cause(ki
     assert "max_model_len" in decision.reasons[1]
 
 
-def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_profile(kit_backend: Any) -> None:
-    """A baseline whose KV cache holds 3,072 tokens against one holding four times as many: the
-    kv_memory stress profile sends long documents at a concurrency sized to need twice the
-    baseline's cache, the baseline comes under pressure and the candidate does not."""
-    baseline = kit_backend("kit-base-small-kv", num_gpu_blocks_override=24)
-    candidate = kit_backend("kit-base-large-kv", num_gpu_blocks_override=96)
-    base_run, cand_run = _pair(
-        baseline, candidate, ["code_assistant"], stress="kv_memory", open_loop_requests=0, quality_samples=QUALITY_FEW
-    )
+def test_a_seed_only_change_measured_interleaved_claims_no_regression(kit_backend: Any) -> None:
+    base_run, cand_run = _pair(kit_backend("kit-base"), kit_backend("kit-base-seed1", seed=1), ["code_assistant"])
     assert (base_run.status, cand_run.status) == (RunStatus.SUCCEEDED, RunStatus.SUCCEEDED), cand_run.error
-    stress = TaskResult.objects.get(run=cand_run).performance["stress"]
-    assert stress["plan"]["kv_capacity_tokens"] == 24 * 128 and stress["plan"]["concurrency"] >= 4
-    assert len(stress["point"]["blocks"]) == 4
+
+    blocks = TaskResult.objects.get(run=cand_run).performance["blocks"]
+    # Each engine's cache was emptied once, before its first block (after quality and warm-up).
+    assert len(blocks) == 8 and [block["cache_reset"] for block in blocks] == [True] + [False] * 7
+    positions = sorted(
+        [(b["position"], CANDIDATE) for b in blocks]
+        + [(b["position"], BASELINE) for b in TaskResult.objects.get(run=base_run).performance["blocks"]]
+    )
+    assert "".join("A" if side == BASELINE else "B" for _, side in positions) == "ABBABAAB" * 2
+
+    # The bottleneck read from the engine: KV capacity and the task's max concurrency, queue P95 from
+    # the histogram (fine buckets). The KV gauge is read around each block, and sampled during the
+    # load only where a KV-memory claim is judged (each read stalls the token stream a little).
+    result = TaskResult.objects.get(run=cand_run)
+    engine = result.engine_evidence
+    assert engine["kv_capacity_tokens"] > 0 and engine["max_concurrency"] > 1
+    assert engine["engine_queue_p95_ms"] is not None and engine["kv_cache_usage_peak"] is not None
+    assert engine["kv_cache_usage_time_weighted_mean"] is None
+    # Load as users send it: an open-loop point near the baseline's capacity, interleaved too.
+    open_loop = result.performance["open_loop"]
+    assert open_loop["request_rate"] > 0 and len(open_loop["blocks"]) == 4
+    assert all(r["scheduled_s"] is not None for r in open_loop["requests"])
 
     evidence = TaskEvidence(
         "code_assistant", run_task_evidence(base_run, "code_assistant"), run_task_evidence(cand_run, "code_assistant")
     )
-    assert evidence.cand.engine["max_concurrency"] == pytest.approx(4 * evidence.base.engine["max_concurrency"])
-    squeezed = evidence.base.stress
-    assert squeezed is not None
-    assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_waiting_peak"] > 0, squeezed.engine
-    # Requests that waited on the roomy engine waited for the step's token budget, not for room.
-    roomy = evidence.cand.stress
-    assert roomy is not None
-    assert not roomy.engine["preemptions"] and roomy.engine["kv_waiting_peak"] == 0, roomy.engine
-    print(
-        "kv stress, requests waiting for capacity / for KV room (peak): "
-        f"baseline {squeezed.engine['capacity_waiting_peak']} / {squeezed.engine['kv_waiting_peak']}, "
-        f"candidate {roomy.engine['capacity_waiting_peak']} / {roomy.engine['kv_waiting_peak']}"
-    )
-    verdict = judge_task(POLICY, evidence, role="beneficiary", bottleneck="kv_memory")
-    kv = next(m for m in verdict.metrics if m.source == "bottleneck:kv_memory")
-    assert kv.status == "pass", kv.reason
+    verdict = judge_task(POLICY, evidence, role="risk")
+    guardrails = {m.metric: m for m in verdict.metrics if m.kind == "guardrail"}
+    assert guardrails["pass_rate"].status == "pass", guardrails["pass_rate"].reason  # greedy: same answers
+    failing = [m.reason for m in guardrails.values() if m.status == "fail"]
+    assert not failing, failing
+    assert {"open_loop:ttft_p95", "open_loop:goodput"} <= {m.metric for m in verdict.metrics}
