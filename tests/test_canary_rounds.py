@@ -87,8 +87,10 @@ def drive(
     *,
     requests: int = 40,
     broken: dict[str, dict[str, int]] | None = None,
+    candidate_ttft_s: float = 0.2,
 ) -> None:
-    """``requests`` per task and slice; ``broken[task][outcome]`` of the candidate's end badly."""
+    """``requests`` per task and slice; ``broken[task][outcome]`` of the candidate's end badly; the
+    baseline answers its first token in 0.2 s, the candidate in ``candidate_ttft_s``."""
     for task in TASKS:
         bad = (broken or {}).get(task, {})
         for outcome, count in bad.items():
@@ -102,15 +104,16 @@ def drive(
                 e2e_s=1.5,
             )
         ok = requests - sum(bad.values())
-        exporter.signals.record(
-            task=task,
-            backend=ticket.candidate.name,
-            tenant=CANARY_TENANT,
-            outcome="ok",
-            count=ok,
-            ttft_s=0.2,
-            e2e_s=1.5,
-        )
+        if ok:
+            exporter.signals.record(
+                task=task,
+                backend=ticket.candidate.name,
+                tenant=CANARY_TENANT,
+                outcome="ok",
+                count=ok,
+                ttft_s=candidate_ttft_s,
+                e2e_s=1.5,
+            )
         for index, tenant in enumerate(OTHER_TENANTS):
             share = requests // 2 + (requests % 2 if index == 0 else 0)
             exporter.signals.record(
@@ -332,4 +335,74 @@ def test_a_resumed_canary_counts_its_inconclusive_rounds_afresh_and_pauses_again
     assert fourth.action == RoundAction.PAUSE
     # People hear of the new pause too: once per pause, not once per canary.
     assert Notification.objects.filter(ticket=ticket, event="canary.paused").count() == 2
+    assert backend_verdict(backend_name=ticket.candidate.name).verdict == "canary_paused"
+
+
+def test_an_inconclusive_round_is_settled_at_the_windows_end_by_the_whole_window(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path, settings: Any
+) -> None:
+    """A round whose own slices were too small to tell holds promotion back only until the round at
+    the window's end judges every round's traffic pooled, and that passes."""
+    settings.OPTGATE_AUTO_PROMOTE_RISK_TIERS = ["low", "medium", "high"]
+    ticket = in_canary
+    policy = canary_policy(tmp_path, min_requests=500, peak_fraction=0)
+    prepare(exporter, ticket, prometheus)
+
+    drive(exporter, ticket, requests=6)
+    prometheus.wait_for_scrapes(2)
+    first = run_round(ticket, policy, prometheus)
+    assert (first.verdict, first.action) == ("inconclusive", RoundAction.CONTINUE)
+    assert "whole_window" not in first.details  # inside the window, nothing is pooled
+
+    window_ended(ticket)
+    drive(exporter, ticket, requests=600)
+    prometheus.wait_for_scrapes(2)
+    second = run_round(ticket, policy, prometheus)
+
+    assert (second.verdict, second.action) == ("pass", RoundAction.PROMOTE), second.reason
+    assert "round 1 could not tell, and the whole window since" in second.reason
+    assert "the whole window passed and every task saw enough traffic" in second.reason
+    whole = second.details["whole_window"]
+    assert whole["since"] == first.window_start.isoformat()
+    assert {task: result["status"] for task, result in whole["tasks"].items()} == dict.fromkeys(TASKS, "pass")
+    assert all(result["candidate"]["requests"] >= 600 for result in whole["tasks"].values()), whole
+    assert ticket.status == TicketStatus.DEFAULT
+    entry = LedgerEntry.objects.get(kind="canary.round", subject_id=ticket.pk, payload__round=2)
+    assert entry.payload["details"]["whole_window"] == whole
+
+
+def test_the_whole_window_keeps_what_an_inconclusive_round_saw_and_a_breach_in_it_stops_promotion(
+    in_canary: ReleaseTicket, exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path, settings: Any
+) -> None:
+    """A hundred requests, sixty of them ten times slower to their first token, are too few for their
+    round to tell (the policy asks 150 per slice); the next round's own window is fast, but pooled
+    with them the window's TTFT P95 breaks its margin: paused for people, no promotion."""
+    settings.OPTGATE_AUTO_PROMOTE_RISK_TIERS = ["low", "medium", "high"]
+    ticket = in_canary
+    policy = canary_policy(tmp_path, min_requests=500, min_requests_per_round=150, peak_fraction=0)
+    prepare(exporter, ticket, prometheus)
+
+    # Fast ones too, as live traffic has: every bucket's counter is above zero before the next round
+    # (Prometheus extrapolates a counter that starts at zero in a window less than one that does not).
+    drive(exporter, ticket, requests=40)
+    drive(exporter, ticket, requests=60, candidate_ttft_s=2.0)
+    prometheus.wait_for_scrapes(2)
+    first = run_round(ticket, policy, prometheus)
+    assert (first.verdict, first.action) == ("inconclusive", RoundAction.CONTINUE), first.reason
+    time.sleep(7)  # past one round's window: the next round's own slices no longer hold the slow ones
+
+    window_ended(ticket)
+    drive(exporter, ticket, requests=600)
+    prometheus.wait_for_scrapes(2)
+    second = run_round(ticket, policy, prometheus)
+
+    own = {task: result["status"] for task, result in second.tasks.items()}
+    assert own == dict.fromkeys(TASKS, "pass"), (second.window_start, first.window_end, second.tasks)
+    assert (second.verdict, second.action) == ("fail", RoundAction.PAUSE), second.reason
+    assert "round 1 could not tell" in second.reason and "TTFT P95" in second.reason
+    pooled = second.details["whole_window"]["tasks"]
+    assert {task: result["status"] for task, result in pooled.items()} == dict.fromkeys(TASKS, "fail"), pooled
+    assert all(result["candidate"]["requests"] >= 700 for result in pooled.values()), pooled
+    assert Notification.objects.filter(ticket=ticket, event="canary.paused").count() == 1
+    assert ticket.status == TicketStatus.CANARY
     assert backend_verdict(backend_name=ticket.candidate.name).verdict == "canary_paused"

@@ -230,10 +230,12 @@ class CanaryRule:
     than ``min_requests_per_round`` requests is inconclusive; more than ``max_inconclusive_rounds``
     inconclusive rounds in a row pause the canary for people. A critical signal broken rolls that
     task back to the rollback target when ``auto_rollback``, else proposes it in a review.
-    Promotion needs the window's end, every round passed, ``min_requests`` candidate requests per
-    task over the canary, and per task at least one passing round at a peak period: its traffic on
-    the task (every backend and tenant) at least ``peak_fraction`` of the task's busiest
-    ``peak_period_minutes`` over the last ``peak_lookback_hours`` (``peak_fraction: 0`` drops the
+    Promotion needs the window's end, no failed round, every inconclusive round settled by the
+    whole window (every round's traffic pooled, judged at the window's end, passing),
+    ``min_requests`` candidate requests per task over the canary, and per task at least one
+    passing round at a peak period: its traffic on the task (every backend and tenant) at least
+    ``peak_fraction`` of the task's busiest ``peak_period_minutes`` over the last
+    ``peak_lookback_hours`` (``peak_fraction: 0`` drops the
     condition). Time alone never promotes. The first ``warmup_minutes`` of the canary are not
     judged: a candidate starts with cold caches (a prefix cache holds none of the tenants'
     documents yet), and the first round's window begins when the warm-up ends, one interval before

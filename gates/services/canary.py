@@ -11,7 +11,11 @@ judges them with the gate's judge (``gates.canary.judge``) and decides:
   row → pause: automatic promotion is off for this canary and people are told;
 * at the window's end, promote only when every round passed and every task's candidate slice saw
   ``canary.min_requests`` requests (automatic for the risk tiers in
-  ``OPTGATE_AUTO_PROMOTE_RISK_TIERS``, else proposed to people); time alone never promotes;
+  ``OPTGATE_AUTO_PROMOTE_RISK_TIERS``, else proposed to people); time alone never promotes. A
+  round that was only inconclusive (its own interval could not tell) is settled by more evidence:
+  the round at the window's end also judges the whole window since the first round, pooled, and
+  that judgement must pass too (a critical failure in it rolls back, anything else short of a pass
+  pauses for people); a failed round still holds promotion back;
 * otherwise continue.
 
 A reviewer or admin resumes a paused canary (``canary_resume``): the rounds before the resume no
@@ -65,6 +69,8 @@ class Plan:
     action: str
     reason: str
     rollback_tasks: list[str] = field(default_factory=list)
+    # What else the round measured to decide, kept in its details (the whole window's judgement).
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def _reviewers() -> list[User]:
@@ -203,11 +209,17 @@ def canary_round_run(
     }
     tasks = canary_tasks(ticket)
     tenants = canary_tenants(ticket)
+    whole_from = _whole_window_from(ticket, now=now)
     # Slow I/O first, outside any transaction; the decision and its effects are written together.
     try:
         if not prometheus.url:
             raise PrometheusError("no Prometheus is configured (OPTGATE_PROMETHEUS_URL)")
         results, traffic = _measure(prometheus, ticket, tasks, tenants, rule=rule, now=now, since=window_start)
+        whole = None
+        if whole_from is not None and tasks and tenants:
+            whole = WholeWindow(
+                whole_from, _measure(prometheus, ticket, tasks, tenants, rule=rule, now=now, since=whole_from)[0]
+            )
     except PrometheusError as exc:
         round_ = _store(
             record,
@@ -220,8 +232,35 @@ def canary_round_run(
         if round_ is not None:
             raise CanaryRoundError(str(exc)) from exc
         return None
-    plan = _decide(ticket, rule, results, traffic, tenants=tenants, now=now)
+    plan = _decide(ticket, rule, results, traffic, tenants=tenants, now=now, whole=whole)
     return _store(record, plan, prometheus, results=results, traffic=traffic)
+
+
+@dataclass
+class WholeWindow:
+    """Every task judged over the canary's rounds pooled: from the first round's window to now."""
+
+    since: datetime
+    results: dict[str, TaskRound]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"since": self.since.isoformat(), "tasks": {task: r.to_dict() for task, r in self.results.items()}}
+
+
+def _inconclusive_rounds(ticket: ReleaseTicket) -> QuerySet[CanaryRound]:
+    return canary_rounds_since_resume(ticket).filter(verdict=RoundVerdict.INCONCLUSIVE)
+
+
+def _whole_window_from(ticket: ReleaseTicket, *, now: datetime) -> datetime | None:
+    """Where the whole-window judgement starts, when this round needs one: the window has ended and
+    a round since the last resume was inconclusive. None otherwise."""
+    assert ticket.canary_started_at is not None
+    if now < ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours):
+        return None
+    if not _inconclusive_rounds(ticket).exists():
+        return None
+    judged = canary_rounds_since_resume(ticket).exclude(verdict=RoundVerdict.ERROR).order_by("number").first()
+    return judged.window_start if judged is not None else None
 
 
 def _measure(
@@ -267,24 +306,33 @@ def _decide(
     *,
     tenants: tuple[str, ...],
     now: datetime,
+    whole: WholeWindow | None = None,
 ) -> Plan:
     """The round's verdict and action from its task results and the canary's history."""
     if not tenants or not results:
         why = "the canary scope names no tenants" if not tenants else "no task is routed to the candidate"
         return _inconclusive(ticket, rule, f"Nothing to compare: {why}.")
     verdict = min((r.status for r in results.values()), key=SEVERITY.index)
+    broken = _on_failure(rule, results)
+    if broken is not None:
+        return broken
+    if verdict == "inconclusive":
+        unsettled = "; ".join(f"{task}: {r.reason}" for task, r in results.items() if r.status == "inconclusive")
+        return _inconclusive(ticket, rule, unsettled)
+    return _on_pass(ticket, rule, results, traffic, now=now, whole=whole)
+
+
+def _on_failure(rule: CanaryRule, results: dict[str, TaskRound], *, prefix: str = "") -> Plan | None:
+    """Roll back the tasks whose critical signal broke, or pause on any other failure; None if none failed."""
     critical = {task: r for task, r in results.items() if r.critical_failures}
     if critical:
         words = "; ".join(f"{task}: {r.reason}" for task, r in critical.items())
         action = RoundAction.ROLLBACK if rule.auto_rollback else RoundAction.PROPOSE_ROLLBACK
-        return Plan(RoundVerdict.FAIL, action, f"Critical guardrail broken — {words}", sorted(critical))
-    if verdict == "fail":
-        failing = "; ".join(f"{task}: {r.reason}" for task, r in results.items() if r.status == "fail")
-        return Plan(RoundVerdict.FAIL, RoundAction.PAUSE, f"Paused for people — {failing}")
-    if verdict == "inconclusive":
-        unsettled = "; ".join(f"{task}: {r.reason}" for task, r in results.items() if r.status == "inconclusive")
-        return _inconclusive(ticket, rule, unsettled)
-    return _on_pass(ticket, rule, results, traffic, now=now)
+        return Plan(RoundVerdict.FAIL, action, f"{prefix}Critical guardrail broken — {words}", sorted(critical))
+    failing = "; ".join(f"{task}: {r.reason}" for task, r in results.items() if r.status == "fail")
+    if failing:
+        return Plan(RoundVerdict.FAIL, RoundAction.PAUSE, f"{prefix}Paused for people — {failing}")
+    return None
 
 
 def _inconclusive(ticket: ReleaseTicket, rule: CanaryRule, reason: str) -> Plan:
@@ -312,7 +360,13 @@ def _without_peak(ticket: ReleaseTicket, results: dict[str, TaskRound]) -> list[
 
 
 def _on_pass(
-    ticket: ReleaseTicket, rule: CanaryRule, results: dict[str, TaskRound], traffic: dict[str, int], *, now: datetime
+    ticket: ReleaseTicket,
+    rule: CanaryRule,
+    results: dict[str, TaskRound],
+    traffic: dict[str, int],
+    *,
+    now: datetime,
+    whole: WholeWindow | None = None,
 ) -> Plan:
     assert ticket.canary_started_at is not None
     ends = ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours)
@@ -327,7 +381,9 @@ def _on_pass(
             RoundAction.CONTINUE,
             f"Passed; the observation window runs until {ends:%Y-%m-%d %H:%M} UTC.",
         )
-    earlier = canary_rounds_since_resume(ticket).exclude(verdict__in=(RoundVerdict.PASS, RoundVerdict.ERROR))
+    earlier = canary_rounds_since_resume(ticket).exclude(
+        verdict__in=(RoundVerdict.PASS, RoundVerdict.ERROR, RoundVerdict.INCONCLUSIVE)
+    )
     if earlier.exists():
         numbers = ", ".join(str(n) for n in earlier.values_list("number", flat=True))
         return Plan(
@@ -335,13 +391,55 @@ def _on_pass(
             RoundAction.PAUSE,
             f"The window has ended but rounds {numbers} did not pass; paused for people to decide.",
         )
+    inconclusive = list(_inconclusive_rounds(ticket).values_list("number", flat=True))
+    if not inconclusive:
+        return _on_pass_at_end(ticket, rule, results, traffic, passed="every round passed")
+    settled = _on_whole_window(ticket, rule, inconclusive, whole)
+    if (settled.verdict, settled.action) != (RoundVerdict.PASS, RoundAction.CONTINUE):
+        return settled
+    plan = _on_pass_at_end(ticket, rule, results, traffic, passed="the whole window passed")
+    plan.reason, plan.details = f"{settled.reason} {plan.reason}", settled.details
+    return plan
+
+
+def _on_whole_window(
+    ticket: ReleaseTicket, rule: CanaryRule, inconclusive: list[int], whole: WholeWindow | None
+) -> Plan:
+    """Judge the inconclusive rounds' evidence pooled with the rest of the window's.
+
+    A pass (verdict PASS, action CONTINUE) lets the caller go on to the traffic and peak conditions.
+    A failure rolls back or pauses as a failing round would; a window still inconclusive is an
+    inconclusive round, so the next round judges a longer window, up to the policy's streak.
+    """
+    rounds = f"round{'s' if len(inconclusive) > 1 else ''} {', '.join(str(n) for n in inconclusive)}"
+    if whole is None or not whole.results:
+        return _inconclusive(ticket, rule, f"the window has ended, {rounds} did not pass, and nothing was measured")
+    details = {"whole_window": whole.to_dict()}
+    prefix = f"The window has ended; {rounds} could not tell, and the whole window since {whole.since:%H:%M:%S} UTC: "
+    plan = _on_failure(rule, whole.results, prefix=prefix)
+    if plan is None:
+        unsettled = "; ".join(f"{task}: {r.reason}" for task, r in whole.results.items() if r.status != "pass")
+        if unsettled:
+            plan = _inconclusive(ticket, rule, f"{prefix}still inconclusive — {unsettled}")
+        else:
+            requests = ", ".join(f"{task} {r.candidate.requests}" for task, r in sorted(whole.results.items()))
+            reason = f"{prefix}every signal within its margin ({requests} candidate requests)."
+            plan = Plan(RoundVerdict.PASS, RoundAction.CONTINUE, reason)
+    plan.details = details
+    return plan
+
+
+def _on_pass_at_end(
+    ticket: ReleaseTicket, rule: CanaryRule, results: dict[str, TaskRound], traffic: dict[str, int], *, passed: str
+) -> Plan:
+    """At the window's end with nothing left unsettled: promote on traffic and a peak, or wait for them."""
     short = {task: seen for task, seen in traffic.items() if seen < rule.min_requests}
     if short:
         words = ", ".join(f"{task} {seen}" for task, seen in sorted(short.items()))
         return Plan(
             RoundVerdict.PASS,
             RoundAction.CONTINUE,
-            f"The window has ended and every round passed, but the candidate has served too little traffic "
+            f"The window has ended and {passed}, but the candidate has served too little traffic "
             f"to promote ({words} requests; the policy asks {rule.min_requests} per task).",
         )
     unpeaked = _without_peak(ticket, results) if rule.peak_fraction > 0 else []
@@ -350,7 +448,7 @@ def _on_pass(
         return Plan(
             RoundVerdict.PASS,
             RoundAction.CONTINUE,
-            f"The window has ended, every round passed and every task saw enough traffic, but no passing round "
+            f"The window has ended, {passed} and every task saw enough traffic, but no passing round "
             f"has yet seen a peak period (at least {rule.peak_fraction:.0%} of the busiest "
             f"{rule.peak_period_minutes:g} minutes of the last {rule.peak_lookback_hours:g} hours) for {words}.",
         )
@@ -359,7 +457,7 @@ def _on_pass(
     return Plan(
         RoundVerdict.PASS,
         action,
-        f"The window has ended, every round passed and every task saw enough traffic ({seen} requests).",
+        f"The window has ended, {passed} and every task saw enough traffic ({seen} requests).",
     )
 
 
@@ -393,7 +491,7 @@ def _store(
                 queries=prometheus.log,
                 error=error,
             )
-            round_.details = _act(ticket, round_, plan)
+            round_.details = {**_act(ticket, round_, plan), **plan.details}
             round_.save(update_fields=["details", "action", "reason"])
             ledger_append(
                 kind="canary.round",
