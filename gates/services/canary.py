@@ -14,8 +14,9 @@ judges them with the gate's judge (``gates.canary.judge``) and decides:
   ``OPTGATE_AUTO_PROMOTE_RISK_TIERS``, else proposed to people); time alone never promotes. A
   round that was only inconclusive (its own interval could not tell) is settled by more evidence:
   the round at the window's end also judges the whole window since the first round, pooled, and
-  that judgement must pass too (a critical failure in it rolls back, anything else short of a pass
-  pauses for people); a failed round still holds promotion back;
+  that judgement must pass too (a failure in it rolls back or pauses as a failing round would; a
+  window that still cannot tell is an inconclusive round, so the next one judges a longer window);
+  a failed round still holds promotion back;
 * otherwise continue.
 
 A reviewer or admin resumes a paused canary (``canary_resume``): the rounds before the resume no
