@@ -93,27 +93,17 @@ def drive(
     baseline answers its first token in 0.2 s, the candidate in ``candidate_ttft_s``."""
     for task in TASKS:
         bad = (broken or {}).get(task, {})
-        for outcome, count in bad.items():
-            exporter.signals.record(
-                task=task,
-                backend=ticket.candidate.name,
-                tenant=CANARY_TENANT,
-                outcome=outcome,
-                count=count,
-                ttft_s=0.2,
-                e2e_s=1.5,
-            )
-        ok = requests - sum(bad.values())
-        if ok:
-            exporter.signals.record(
-                task=task,
-                backend=ticket.candidate.name,
-                tenant=CANARY_TENANT,
-                outcome="ok",
-                count=ok,
-                ttft_s=candidate_ttft_s,
-                e2e_s=1.5,
-            )
+        for outcome, count in {**bad, "ok": requests - sum(bad.values())}.items():
+            if count:
+                exporter.signals.record(
+                    task=task,
+                    backend=ticket.candidate.name,
+                    tenant=CANARY_TENANT,
+                    outcome=outcome,
+                    count=count,
+                    ttft_s=candidate_ttft_s,
+                    e2e_s=1.5,
+                )
         for index, tenant in enumerate(OTHER_TENANTS):
             share = requests // 2 + (requests % 2 if index == 0 else 0)
             exporter.signals.record(

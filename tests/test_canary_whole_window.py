@@ -85,7 +85,7 @@ def test_a_whole_window_that_still_cannot_tell_is_an_inconclusive_round_in_the_s
     now = timezone.now()
     since = canary._whole_window_from(ticket, now=now)
     assert since is not None
-    whole = canary.WholeWindow(since, {"cs_summary": too_few()})
+    whole = canary.WholeWindow(since, [1], {"cs_summary": too_few()})
     rule = replace(RULE, max_inconclusive_rounds=allowed)
 
     plan = canary._decide(ticket, rule, {"cs_summary": passing()}, TRAFFIC, tenants=("tenant-a",), now=now, whole=whole)
@@ -101,7 +101,7 @@ def test_a_whole_window_that_passes_lets_the_round_go_on_to_the_traffic_minimum(
     canary_round(in_canary, 1, "inconclusive", RoundAction.CONTINUE)
     ticket = window_ended(in_canary)
     now = timezone.now()
-    whole = canary.WholeWindow(now - timedelta(minutes=10), {"cs_summary": passing()})
+    whole = canary.WholeWindow(now - timedelta(minutes=10), [1], {"cs_summary": passing()})
 
     plan = canary._decide(
         ticket, RULE, {"cs_summary": passing()}, {"cs_summary": 10}, tenants=("tenant-a",), now=now, whole=whole

@@ -218,9 +218,10 @@ def canary_round_run(
         results, traffic = _measure(prometheus, ticket, tasks, tenants, rule=rule, now=now, since=window_start)
         whole = None
         if whole_from is not None and tasks and tenants:
-            whole = WholeWindow(
-                whole_from, _measure(prometheus, ticket, tasks, tenants, rule=rule, now=now, since=whole_from)[0]
-            )
+            pooled = {
+                task: _judge(prometheus, ticket, task, tenants, rule=rule, now=now, since=whole_from) for task in tasks
+            }
+            whole = WholeWindow(whole_from, list(_inconclusive_rounds(ticket).values_list("number", flat=True)), pooled)
     except PrometheusError as exc:
         round_ = _store(
             record,
@@ -239,9 +240,11 @@ def canary_round_run(
 
 @dataclass
 class WholeWindow:
-    """Every task judged over the canary's rounds pooled: from the first round's window to now."""
+    """Every task judged over the canary's rounds pooled, from the first round's window to now, to
+    settle the inconclusive ``rounds``."""
 
     since: datetime
+    rounds: list[int]
     results: dict[str, TaskRound]
 
     def to_dict(self) -> dict[str, Any]:
@@ -255,13 +258,37 @@ def _inconclusive_rounds(ticket: ReleaseTicket) -> QuerySet[CanaryRound]:
 def _whole_window_from(ticket: ReleaseTicket, *, now: datetime) -> datetime | None:
     """Where the whole-window judgement starts, when this round needs one: the window has ended and
     a round since the last resume was inconclusive. None otherwise."""
-    assert ticket.canary_started_at is not None
-    if now < ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours):
+    if now < _window_ends(ticket):
         return None
     if not _inconclusive_rounds(ticket).exists():
         return None
     judged = canary_rounds_since_resume(ticket).exclude(verdict=RoundVerdict.ERROR).order_by("number").first()
     return judged.window_start if judged is not None else None
+
+
+def _window_ends(ticket: ReleaseTicket) -> datetime:
+    assert ticket.canary_started_at is not None
+    return ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours)
+
+
+def _judge(
+    prometheus: Prometheus,
+    ticket: ReleaseTicket,
+    task: str,
+    tenants: tuple[str, ...],
+    *,
+    rule: CanaryRule,
+    now: datetime,
+    since: datetime,
+) -> TaskRound:
+    """The task's candidate slice against its baseline slice from ``since`` to ``now``."""
+    quantiles = latency_quantiles(rule)
+    window_s = (now - since).total_seconds()
+    canary_slice = Slice(task, ticket.candidate.name, tenants)
+    baseline_slice = Slice(task, ticket.baseline.name, tenants, exclude=True)
+    candidate = slice_numbers(prometheus, canary_slice, at=now, window_s=window_s, quantiles=quantiles)
+    baseline = slice_numbers(prometheus, baseline_slice, at=now, window_s=window_s, quantiles=quantiles)
+    return judge_task_round(task, candidate=candidate, baseline=baseline, rule=rule)
 
 
 def _measure(
@@ -274,16 +301,11 @@ def _measure(
     now: datetime,
     since: datetime,
 ) -> tuple[dict[str, TaskRound], dict[str, int]]:
-    quantiles = latency_quantiles(rule)
     window_s = (now - since).total_seconds()
     results: dict[str, TaskRound] = {}
     traffic: dict[str, int] = {}
     for task in tasks:
-        canary_slice = Slice(task, ticket.candidate.name, tenants)
-        baseline_slice = Slice(task, ticket.baseline.name, tenants, exclude=True)
-        candidate = slice_numbers(prometheus, canary_slice, at=now, window_s=window_s, quantiles=quantiles)
-        baseline = slice_numbers(prometheus, baseline_slice, at=now, window_s=window_s, quantiles=quantiles)
-        results[task] = judge_task_round(task, candidate=candidate, baseline=baseline, rule=rule)
+        results[task] = _judge(prometheus, ticket, task, tenants, rule=rule, now=now, since=since)
         if rule.peak_fraction > 0:
             results[task].peak = peak_reading(
                 prometheus,
@@ -295,6 +317,7 @@ def _measure(
                 fraction=rule.peak_fraction,
             )
         assert ticket.canary_started_at is not None
+        canary_slice = Slice(task, ticket.candidate.name, tenants)
         traffic[task] = requests_since(prometheus, canary_slice, at=now, since=ticket.canary_started_at)
     return results, traffic
 
@@ -369,8 +392,7 @@ def _on_pass(
     now: datetime,
     whole: WholeWindow | None = None,
 ) -> Plan:
-    assert ticket.canary_started_at is not None
-    ends = ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours)
+    ends = _window_ends(ticket)
     paused = canary_pause(ticket)
     if paused is not None:
         return Plan(
@@ -392,10 +414,9 @@ def _on_pass(
             RoundAction.PAUSE,
             f"The window has ended but rounds {numbers} did not pass; paused for people to decide.",
         )
-    inconclusive = list(_inconclusive_rounds(ticket).values_list("number", flat=True))
-    if not inconclusive:
+    if whole is None:  # measured whenever a round since the last resume was inconclusive
         return _on_pass_at_end(ticket, rule, results, traffic, passed="every round passed")
-    settled = _on_whole_window(ticket, rule, inconclusive, whole)
+    settled = _on_whole_window(ticket, rule, whole)
     if (settled.verdict, settled.action) != (RoundVerdict.PASS, RoundAction.CONTINUE):
         return settled
     plan = _on_pass_at_end(ticket, rule, results, traffic, passed="the whole window passed")
@@ -403,18 +424,14 @@ def _on_pass(
     return plan
 
 
-def _on_whole_window(
-    ticket: ReleaseTicket, rule: CanaryRule, inconclusive: list[int], whole: WholeWindow | None
-) -> Plan:
+def _on_whole_window(ticket: ReleaseTicket, rule: CanaryRule, whole: WholeWindow) -> Plan:
     """Judge the inconclusive rounds' evidence pooled with the rest of the window's.
 
     A pass (verdict PASS, action CONTINUE) lets the caller go on to the traffic and peak conditions.
     A failure rolls back or pauses as a failing round would; a window still inconclusive is an
     inconclusive round, so the next round judges a longer window, up to the policy's streak.
     """
-    rounds = f"round{'s' if len(inconclusive) > 1 else ''} {', '.join(str(n) for n in inconclusive)}"
-    if whole is None or not whole.results:
-        return _inconclusive(ticket, rule, f"the window has ended, {rounds} did not pass, and nothing was measured")
+    rounds = f"round{'s' if len(whole.rounds) > 1 else ''} {', '.join(str(n) for n in whole.rounds)}"
     details = {"whole_window": whole.to_dict()}
     prefix = f"The window has ended; {rounds} could not tell, and the whole window since {whole.since:%H:%M:%S} UTC: "
     plan = _on_failure(rule, whole.results, prefix=prefix)
