@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -129,3 +130,14 @@ def test_it_keeps_a_rejected_ticket_as_a_not_adopted_plan(draft: ReleaseTicket, 
     assert entry.payload["plan"]["beneficiary_tasks"] == ["knowledge_qa"]
     draft.refresh_from_db()
     assert draft.status == TicketStatus.REJECTED and draft.closed_at is not None
+
+
+def test_the_observation_window_ends_its_hours_after_the_canary_starts(draft: ReleaseTicket) -> None:
+    assert draft.observation_window_ends is None  # no canary, no window
+    ticket = _force_status(draft, TicketStatus.APPROVED)
+    ticket.transition("start_canary")
+    ticket.refresh_from_db()
+    assert ticket.canary_started_at is not None
+    assert ticket.observation_window_ends == ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours)
+    ticket.observation_window_hours = 0.25
+    assert ticket.observation_window_ends == ticket.canary_started_at + timedelta(minutes=15)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -149,6 +150,13 @@ class ReleaseTicket(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.title}"
+
+    @property
+    def observation_window_ends(self) -> datetime | None:
+        """When the canary's observation window ends; None before the canary starts."""
+        if self.canary_started_at is None:
+            return None
+        return self.canary_started_at + timedelta(hours=self.observation_window_hours)
 
     def transition(self, action: str) -> str:
         """Move to the state ``action`` leads to, or raise ``IllegalTransition``.

@@ -267,8 +267,9 @@ def _whole_window_from(ticket: ReleaseTicket, *, now: datetime) -> datetime | No
 
 
 def _window_ends(ticket: ReleaseTicket) -> datetime:
-    assert ticket.canary_started_at is not None
-    return ticket.canary_started_at + timedelta(hours=ticket.observation_window_hours)
+    ends = ticket.observation_window_ends
+    assert ends is not None, "rounds run only on a started canary"
+    return ends
 
 
 def _judge(

@@ -149,10 +149,12 @@ def observation_windows_close(*, now: datetime | None = None) -> list[tuple[int,
     now = now or timezone.now()
     done: list[tuple[int, str]] = []
     for ticket in ReleaseTicket.objects.filter(status=TicketStatus.CANARY).select_related("owner"):
-        started = ticket.canary_started_at
-        if started is None or started + timedelta(hours=ticket.observation_window_hours) > now:
+        ends = ticket.observation_window_ends
+        if ends is None or ends > now:
             continue
-        if Notification.objects.filter(ticket=ticket, event="ticket.promotion_due", created_at__gte=started).exists():
+        if Notification.objects.filter(
+            ticket=ticket, event="ticket.promotion_due", created_at__gte=ticket.canary_started_at
+        ).exists():
             continue  # prompted once for this canary period
         with transaction.atomic():
             notify(

@@ -10,8 +10,6 @@ all of the ticket's tasks to its rollback target.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -160,8 +158,7 @@ def routes_promote_within(*, ticket: ReleaseTicket, actor: Actor, reason: str = 
     locked = _locked(ticket)
     if locked.status != TicketStatus.CANARY:
         raise DomainError(f"ticket #{locked.pk} is {locked.status}; only a canary is promoted")
-    started = locked.canary_started_at
-    ends = started + timedelta(hours=locked.observation_window_hours) if started else None
+    ends = locked.observation_window_ends
     if ends is not None and timezone.now() < ends:
         raise DomainError(f"the observation window of ticket #{locked.pk} runs until {ends.isoformat()}")
     signed = _signed_tasks(locked)
