@@ -451,6 +451,9 @@ def _kv_stress_point(
         seed=int(profile["seed"]),
         chat=True,
         max_tokens=STRESS_MAX_TOKENS,
+        # Every document decodes all its tokens, holding its KV room for as many steps as an answer
+        # would: the kit's model ends most after a few tokens, and the cache was full for moments.
+        extra_body={"ignore_eos": True},
         context_words=STRESS_CONTEXT_WORDS,
     )
     plan["concurrency"] = concurrency

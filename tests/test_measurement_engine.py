@@ -92,6 +92,11 @@ def test_a_larger_kv_cache_relieves_the_kv_memory_bottleneck_under_its_stress_pr
     assert evidence.cand.engine["max_concurrency"] == pytest.approx(4 * evidence.base.engine["max_concurrency"])
     squeezed = evidence.base.stress
     assert squeezed is not None
+    # Every document decoded all its tokens, holding its KV room as an answer would (the kit's model
+    # ends most after a few: a CI run's baseline cache was a quarter full on average and no wait
+    # was caught).
+    sent = stress["plan"]["concurrency"] * pipeline.STRESS_BLOCKS * pipeline.STRESS_ROUNDS
+    assert squeezed.engine["generation_tokens"] == sent * pipeline.STRESS_MAX_TOKENS, squeezed.engine
     assert squeezed.engine["preemptions"] > 0 or squeezed.engine["kv_waiting_peak"] > 0, squeezed.engine
     # Requests that waited on the roomy engine waited for the step's token budget, not for room.
     roomy = evidence.cand.stress
