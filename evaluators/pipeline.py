@@ -67,6 +67,9 @@ STRESS_BLOCKS = 4
 STRESS_ROUNDS = 3
 KV_STRESS_SAMPLE_S = 0.1
 STRESS_MAX_TOKENS = 64
+# A task's performance record holding only this key: its load was not measured, for the reason
+# given (its pair's answers already settled the verdict; ``evaluators.services``).
+LOAD_SKIPPED = "load_skipped"
 # The gateway's tenants the load comes from, in turn; each gets its cache salt (see
 # backends.prefix_cache), so a cache partitioned per tenant is measured as it would serve.
 LOAD_TENANTS = ("tenant-a", "tenant-b", "tenant-c", "tenant-d")
@@ -297,6 +300,29 @@ def evaluate_pair_task(
     """One task on both engines at once: quality on each (the baseline's deterministic greedy
     outcomes may be passed in from a matching earlier run), then the load in interleaved blocks
     (:mod:`evaluators.interleave`). Timing is always measured here, never reused."""
+    base, cand = pair_quality(
+        slug,
+        baseline=baseline,
+        candidate=candidate,
+        profile=profile,
+        baseline_samples=baseline_samples,
+        on_phase=on_phase,
+    )
+    if not profile.get("quality_only"):
+        pair_load(base, cand, baseline=baseline, candidate=candidate, profile=profile, on_phase=on_phase)
+    return base, cand
+
+
+def pair_quality(
+    slug: str,
+    *,
+    baseline: Endpoint,
+    candidate: Endpoint,
+    profile: dict[str, Any],
+    baseline_samples: list[SampleOutcome] | None = None,
+    on_phase: Any = None,
+) -> tuple[TaskOutcome, TaskOutcome]:
+    """The quality half of :func:`evaluate_pair_task`: each side's answers and their summary."""
     suite = get_suite(slug)
     outcomes = {side: TaskOutcome(task=slug, suite_version=suite.version) for side in (BASELINE, CANDIDATE)}
     endpoints = {BASELINE: baseline, CANDIDATE: candidate}
@@ -320,9 +346,24 @@ def evaluate_pair_task(
         outcome.quality = quality_summary(outcome.samples)
         if profile.get("stage"):
             outcome.suite_version = suite.samples_version(profile_samples(suite, profile) or [])
-    if profile.get("quality_only"):
-        # A stage after the first: answers on its held-out samples only, the timing is stage one's.
-        return outcomes[BASELINE], outcomes[CANDIDATE]
+    return outcomes[BASELINE], outcomes[CANDIDATE]
+
+
+def pair_load(
+    base: TaskOutcome,
+    cand: TaskOutcome,
+    *,
+    baseline: Endpoint,
+    candidate: Endpoint,
+    profile: dict[str, Any],
+    on_phase: Any = None,
+) -> None:
+    """The load half of :func:`evaluate_pair_task`: the task's load in interleaved blocks (and its
+    open-loop and stress points), stored on both outcomes, whose samples gain their latencies."""
+    slug = cand.task
+    suite = get_suite(slug)
+    outcomes = {BASELINE: base, CANDIDATE: cand}
+    endpoints = {BASELINE: baseline, CANDIDATE: candidate}
     if on_phase:
         on_phase("load (interleaved)")
     sample_ids, requests = load_requests(suite, count=int(profile["requests_per_task"]), seed=int(profile["seed"]))
@@ -362,7 +403,6 @@ def evaluate_pair_task(
         for sample in outcome.samples:
             if sample.sample_id in latency:
                 sample.latency_ms = latency[sample.sample_id] * 1000.0
-    return outcomes[BASELINE], outcomes[CANDIDATE]
 
 
 def _open_loop_point(

@@ -39,6 +39,11 @@ logger = logging.getLogger(__name__)
 # Progress budget: engine start-up takes the first 10%, the tasks share the rest evenly.
 ENGINE_SHARE = 10
 
+# Asked once a pair's first stage has every task's answers, before any load: the candidate run's
+# id and, per task, each side's pass/fail by sample id (baseline, candidate). A reason (text) when
+# those answers already settle the verdict, so timing could not change it: the load is skipped.
+QualityCheck = Callable[[int, dict[str, tuple[dict[str, bool], dict[str, bool]]]], str | None]
+
 
 class RunCancelled(Exception):
     """The run was cancelled while it executed (by request or by SIGTERM)."""
@@ -354,7 +359,13 @@ def samples_replace(*, run: EvaluationRun, task: str, samples: list[pipeline.Sam
     )
 
 
-def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bool] | None = None) -> EvaluationRun:
+def run_execute(
+    *,
+    run_id: int,
+    worker: str = "",
+    cancel_check: Callable[[], bool] | None = None,
+    quality_check: QualityCheck | None = None,
+) -> EvaluationRun:
     """Execute a queued run end to end and store its evidence; return the run as it ended.
 
     The engine is always torn down, whether the run succeeds, fails, times out or is cancelled.
@@ -366,7 +377,7 @@ def run_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], boo
     """
     worker = worker or socket.gethostname()
     if EvaluationRun.objects.filter(pk=run_id, paired_run__isnull=False).exists():
-        pair_execute(run_id=run_id, worker=worker, cancel_check=cancel_check)
+        pair_execute(run_id=run_id, worker=worker, cancel_check=cancel_check, quality_check=quality_check)
         return EvaluationRun.objects.get(pk=run_id)
     claimed = _claim(run_id, worker)
     if claimed is None:
@@ -473,10 +484,17 @@ def _open_pair(
     return engines
 
 
-def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bool] | None = None) -> None:
-    """Execute an interleaved pair (either run's id): both engines up, per task the quality of each
-    (the baseline's reused from a matching earlier run when there is one) and the load in
-    alternating blocks; store both runs' evidence and finish both. Engines always stop.
+def pair_execute(
+    *,
+    run_id: int,
+    worker: str = "",
+    cancel_check: Callable[[], bool] | None = None,
+    quality_check: QualityCheck | None = None,
+) -> None:
+    """Execute an interleaved pair (either run's id): both engines up, every task's quality on each
+    (the baseline's reused from a matching earlier run when there is one), then every task's load
+    in alternating blocks unless ``quality_check`` finds the answers settle the verdict; store both
+    runs' evidence and finish both. Engines always stop.
     """
     worker = worker or socket.gethostname()
     claimed = _claim_pair(run_id, worker)
@@ -498,7 +516,7 @@ def pair_execute(*, run_id: int, worker: str = "", cancel_check: Callable[[], bo
             timings["engines_up_s"] = round(time.monotonic() - started, 3)
             for run in runs.values():
                 _progress(run, "engines ready", ENGINE_SHARE)
-            failed = _execute_pair_tasks(runs, engines, cancelled, timings)
+            failed = _execute_pair_tasks(runs, engines, cancelled, timings, quality_check)
             if failed == len(runs[CANDIDATE].tasks):
                 for side, run in runs.items():
                     why = f"every task failed to evaluate: {_task_errors(run)}"
@@ -592,34 +610,32 @@ def _execute_pair_tasks(
     engines: dict[str, EngineHandle | AttachedEngine],
     cancelled: Callable[[], bool],
     timings: dict[str, float],
+    quality_check: QualityCheck | None = None,
 ) -> int:
-    """Each task on both engines; returns how many tasks broke (stored with their error on both runs)."""
+    """Each task on both engines, in two passes: every task's quality, then (unless ``quality_check``
+    says the answers settle it) every task's load. Returns how many tasks broke (stored with their
+    error on both runs)."""
     tasks = runs[CANDIDATE].tasks
+    profile = runs[CANDIDATE].load_profile
     share = (100 - ENGINE_SHARE) / len(tasks)
     endpoints = {side: _gateway_endpoint(runs[side].backend, engine) for side, engine in engines.items()}
+    measured: dict[str, tuple[pipeline.TaskOutcome, pipeline.TaskOutcome]] = {}
     failed = 0
-    for k, slug in enumerate(tasks):
-        if cancelled():
-            raise RunCancelled("cancel requested")
-        task_started = time.monotonic()
-        # An A/A calibration answers on both sides afresh ("reuse_quality": false in its profile).
-        reuse = runs[BASELINE].load_profile.get("reuse_quality", True)
-        reused = _reusable_quality(runs[BASELINE], slug) if reuse else None
 
-        def on_phase(phase: str, k: int = k, slug: str = slug) -> None:
-            offset = share / 2 if phase.startswith("load") else 0
+    def phases(k: int, slug: str) -> Callable[[str], None]:
+        # Every task's answers take the first half of the tasks' share, their loads the second.
+        def on_phase(phase: str) -> None:
+            step = k + (len(tasks) if phase.startswith("load") else 0)
             for run in runs.values():
-                _progress(run, f"{phase} {slug} (task {k + 1} of {len(tasks)})", int(ENGINE_SHARE + k * share + offset))
+                _progress(run, f"{phase} {slug} (task {k + 1} of {len(tasks)})", int(ENGINE_SHARE + step * share / 2))
 
+        return on_phase
+
+    def attempt(slug: str, step: Callable[[], None]) -> bool:
+        """Run one task's step; a task that breaks (engines alive) is stored with its error."""
+        nonlocal failed
         try:
-            base, cand = pipeline.evaluate_pair_task(
-                slug,
-                baseline=endpoints[BASELINE],
-                candidate=endpoints[CANDIDATE],
-                profile=runs[CANDIDATE].load_profile,
-                baseline_samples=reused[1] if reused else None,
-                on_phase=on_phase,
-            )
+            step()
         except (RunCancelled, KeyboardInterrupt):
             raise
         except Exception as exc:
@@ -629,14 +645,70 @@ def _execute_pair_tasks(
             for run in runs.values():
                 _store_task_error(run, slug, f"{type(exc).__name__}: {exc}")
             failed += 1
-            continue
+            measured.pop(slug, None)
+            return False
         if not all(engine.is_alive() for engine in engines.values()):
             raise RuntimeError(f"an engine died while {slug} was measured")
-        if reused:
-            base.quality["reused_from_run"] = reused[0]
+        return True
+
+    for k, slug in enumerate(tasks):
+        if cancelled():
+            raise RunCancelled("cancel requested")
+        task_started = time.monotonic()
+        # An A/A calibration answers on both sides afresh ("reuse_quality": false in its profile).
+        reuse = runs[BASELINE].load_profile.get("reuse_quality", True)
+        reused = _reusable_quality(runs[BASELINE], slug) if reuse else None
+
+        def answer(slug: str = slug, k: int = k, reused: Any = reused) -> None:
+            base, cand = pipeline.pair_quality(
+                slug,
+                baseline=endpoints[BASELINE],
+                candidate=endpoints[CANDIDATE],
+                profile=profile,
+                baseline_samples=reused[1] if reused else None,
+                on_phase=phases(k, slug),
+            )
+            if reused:
+                base.quality["reused_from_run"] = reused[0]
+            measured[slug] = (base, cand)
+
+        if attempt(slug, answer):
+            timings[f"{slug}_s"] = round(time.monotonic() - task_started, 3)
+
+    skipped = None
+    if not profile.get("quality_only") and quality_check is not None and measured:
+        answers = {
+            slug: ({s.sample_id: s.passed for s in base.samples}, {s.sample_id: s.passed for s in cand.samples})
+            for slug, (base, cand) in measured.items()
+        }
+        skipped = quality_check(runs[CANDIDATE].pk, answers)
+    for k, slug in enumerate(tasks):
+        if slug not in measured:
+            continue
+        base, cand = measured[slug]
+        if skipped:
+            for outcome in (base, cand):
+                outcome.performance = {pipeline.LOAD_SKIPPED: skipped}
+        elif not profile.get("quality_only"):
+            if cancelled():
+                raise RunCancelled("cancel requested")
+            task_started = time.monotonic()
+
+            def measure(slug: str = slug, k: int = k, base: Any = base, cand: Any = cand) -> None:
+                pipeline.pair_load(
+                    base,
+                    cand,
+                    baseline=endpoints[BASELINE],
+                    candidate=endpoints[CANDIDATE],
+                    profile=profile,
+                    on_phase=phases(k, slug),
+                )
+
+            if not attempt(slug, measure):
+                continue
+            timings[f"{slug}_s"] = round(timings.get(f"{slug}_s", 0.0) + time.monotonic() - task_started, 3)
         _store_task(runs[BASELINE], base)
         _store_task(runs[CANDIDATE], cand)
-        timings[f"{slug}_s"] = round(time.monotonic() - task_started, 3)
     return failed
 
 

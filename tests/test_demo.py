@@ -18,7 +18,7 @@ import pytest
 
 from evaluators.engine import side_by_side_cpu_binds
 from gates.policy.parse import load_policy
-from tests.demo_evidence import BASELINE, LOW_BIT, PREFIX_CACHE, DemoEvidence
+from tests.demo_evidence import BASELINE, LOW_BIT, NGRAM, PREFIX_CACHE, DemoEvidence
 from tests.factories import assert_prefix_cache_judged
 
 pytestmark = pytest.mark.engine
@@ -88,6 +88,19 @@ def test_the_demos_tickets_are_decided_in_stages_that_stop_as_soon_as_the_eviden
     )
     assert (summary["status"], summary["details"]["look"], summary["details"]["look_outcome"]) == ("fail", 1, "reject")
     assert "Pocock" in summary["test"], summary["test"]
+    # Those answers settled the ticket before any load: the low-bit pair measured none, and says why.
+    for task in ("cs_summary", "dataagent_nl2sql", "tool_calling"):
+        result = demo_evidence.task_result(LOW_BIT, task)
+        assert set(result["performance"]) == {"load_skipped"} and result["requests"] == [], (task, result)
+        why = result["performance"]["load_skipped"]
+        assert "cs_summary's pass_rate" in why and "rejected the candidate at look 1" in why, why
+    skipped = demo_evidence.query(
+        "SELECT subject_name, payload FROM ledger_ledgerentry WHERE kind = 'ticket.load_skipped'"
+    )
+    assert [row["subject_name"] for row in skipped] == [LOW_BIT_TITLE], [dict(r) for r in skipped]
+    # The other two tickets' answers left their outcome open: their pairs measured the load.
+    for backend, task in ((PREFIX_CACHE, "knowledge_qa"), (NGRAM, "cs_summary")):
+        assert demo_evidence.task_result(backend, task)["performance"].get("blocks"), (backend, task)
 
 
 def test_the_approved_ticket_is_promoted_by_its_canary_on_measured_rounds_only_after_its_window(

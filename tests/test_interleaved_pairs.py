@@ -387,16 +387,20 @@ def test_either_message_executes_the_pair_and_reuses_only_the_baselines_quality(
     def open_engine(run: EvaluationRun, attempt: Any, warm_engine: Any = None) -> _Engine:
         return engines[run.pair_side]
 
-    def evaluate(
+    def answer(
         slug: str, *, baseline: Endpoint, candidate: Endpoint, profile: Any, baseline_samples: Any, on_phase: Any
     ) -> tuple[pipeline.TaskOutcome, pipeline.TaskOutcome]:
-        seen.update(baseline=baseline, candidate=candidate, baseline_samples=baseline_samples)
+        seen.update(baseline_samples=baseline_samples)
         base = pipeline.TaskOutcome(slug, "1", samples=list(baseline_samples), quality={"n": 1})
         cand = pipeline.TaskOutcome(slug, "1", samples=[_sample("s1", False)], quality={"n": 1})
         return base, cand
 
+    def load(base: Any, cand: Any, *, baseline: Endpoint, candidate: Endpoint, profile: Any, on_phase: Any) -> None:
+        seen.update(baseline=baseline, candidate=candidate)
+
     monkeypatch.setattr(services, "_open_engine", open_engine)
-    monkeypatch.setattr(services.pipeline, "evaluate_pair_task", evaluate)
+    monkeypatch.setattr(services.pipeline, "pair_quality", answer)
+    monkeypatch.setattr(services.pipeline, "pair_load", load)
     base_run, cand_run = services.pair_request(baseline=baseline, candidate=candidate, tasks=["knowledge_qa"])
     services.run_execute(run_id=base_run.pk)  # the baseline's message: executes the whole pair
 

@@ -19,12 +19,14 @@ from evaluators import pipeline
 from evaluators import services as run_services
 from evaluators.interleave import BASELINE, CANDIDATE
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord, TaskResult
-from gates.judge.records import MetricVerdict
+from gates.judge.records import LOAD_NOT_MEASURED, MetricVerdict
 from gates.judge.staged import may_continue, staged_guardrails, staged_verdict, task_looks, task_stage_sizes
 from gates.models import EvaluationStage, GateDecision, ReleaseTicket, TicketStatus
+from gates.policy.metrics import METRIC_SPECS, is_quality
 from gates.policy.parse import load_policy, validate_policy_text
 from gates.policy.rules import POLICY_DIR, PolicyError
 from gates.selectors.decisions import decision_current
+from gates.selectors.summary import blocking_findings, deciding_metrics
 from gates.services import evaluation
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
@@ -37,6 +39,7 @@ from tests.factories import (
     task_spec,
     tasks,
 )
+from workers import services as worker_services
 
 pytestmark = pytest.mark.django_db
 
@@ -721,3 +724,131 @@ def test_a_planned_look_that_continues_names_the_next_planned_stage() -> None:
     shipped_rule = replace(rule, stage_size="shipped")
     shipped = task_stage_sizes(shipped_rule, guardrails, shipped=100, pool=1100, discordance=0.05)
     assert shipped == (100, 200, 300, 400, 500)
+
+
+def _first_pair(ticket: ReleaseTicket) -> tuple[int, int]:
+    assert ticket.baseline_run_id is not None and ticket.candidate_run_id is not None
+    return ticket.baseline_run_id, ticket.candidate_run_id
+
+
+def _from_answers(metric: str) -> bool:
+    return metric in METRIC_SPECS and is_quality(metric)
+
+
+def _answers(candidate_sql: list[bool]) -> dict[str, tuple[dict[str, bool], dict[str, bool]]]:
+    """Both tasks' answers as the worker hands them over before the load: pass/fail by sample id."""
+    base = {task: {f"{task}-{i:04d}": ok for i, ok in enumerate(GOOD)} for task in (SUMMARY, SQL)}
+    cand = {**base, SQL: {f"{SQL}-{i:04d}": ok for i, ok in enumerate(candidate_sql)}}
+    return {task: (base[task], cand[task]) for task in (SUMMARY, SQL)}
+
+
+def test_answers_that_already_reject_the_candidate_skip_the_load_and_the_decision_says_what_was_not_measured(
+    erin: User, baseline: Backend, candidate: Backend, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # The harmful change above: SQL (critical under the policy) rejects at look 1 of the answers.
+    harmful = drop_passes(GOOD, 30)
+    ticket = _ticket(erin, baseline, candidate, sql_candidate=harmful)
+    reason = evaluation.load_not_needed(_first_pair(ticket)[1], _answers(harmful))
+    assert reason is not None and f"{SQL}'s pass_rate" in reason and "look 1" in reason and SUMMARY not in reason
+    skipped = LedgerEntry.objects.get(kind="ticket.load_skipped", subject_id=str(ticket.pk))
+    assert skipped.payload["candidate_run"] == ticket.candidate_run_id and skipped.payload["reason"] == reason
+    assert skipped.payload["looks"][SQL]["pass_rate"]["outcome"] == "reject"
+    assert skipped.payload["looks"][SUMMARY]["pass_rate"]["outcome"] == "continue"
+
+    # The runs as the worker then stores them: answers, no load.
+    TaskResult.objects.filter(run__in=[ticket.baseline_run_id, ticket.candidate_run_id]).update(
+        performance={pipeline.LOAD_SKIPPED: reason}, requests=[], engine_evidence={}
+    )
+    assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    sql = next(m for m in decision.verdicts[SQL]["metrics"] if m["metric"] == "pass_rate")
+    assert sql["status"] == "fail" and sql["details"]["look"] == 1
+    answers_only = [m for v in decision.verdicts.values() for m in v["metrics"] if _from_answers(m["metric"])]
+    timing = [m for v in decision.verdicts.values() for m in v["metrics"] if not _from_answers(m["metric"])]
+    assert {m["metric"] for m in answers_only} >= {"pass_rate", "score"}
+    assert all(m["test"] != LOAD_NOT_MEASURED for m in answers_only)
+    assert timing, "the policy names timing metrics for both tasks"
+    for metric in timing:
+        assert metric["status"] == "inconclusive" and metric["test"] == LOAD_NOT_MEASURED, metric
+        assert metric["baseline"] is None and reason in metric["reason"], metric
+    # The beneficiary's answers held, so it is open on its timing, not failing; the ticket rejects on SQL alone.
+    assert decision.verdicts[SUMMARY]["status"] == "inconclusive"
+    assert any(r.startswith(f"Veto on {SQL}") for r in decision.reasons), decision.reasons
+    # One line for the task the skipped load left open (the failing task's open checks do not
+    # matter), not one per check; none of them is a finding.
+    open_lines = [r for r in decision.reasons if r.startswith("Open on ")]
+    assert [r.split(":")[0] for r in open_lines] == [f"Open on {SUMMARY}"], decision.reasons
+    assert all(reason in line for line in open_lines)
+    assert not any(LOAD_NOT_MEASURED in str(r) or "not measured" in r for r in decision.reasons if r not in open_lines)
+    findings = blocking_findings(decision.verdicts)
+    assert findings and all("not measured" not in f["text"] for f in findings)
+    # A task's row shows the checks with numbers; one open only on unmeasured checks shows those.
+    assert [m["metric"] for m in deciding_metrics(decision.verdicts[SQL])] == ["pass_rate"]
+    assert {m["test"] for m in deciding_metrics(decision.verdicts[SUMMARY])} == {LOAD_NOT_MEASURED}
+    assert ledger_verify().ok
+
+
+def test_answers_that_leave_the_outcome_open_keep_the_load(erin: User, baseline: Backend, candidate: Backend) -> None:
+    ticket = _ticket(erin, baseline, candidate)
+    assert evaluation.load_not_needed(_first_pair(ticket)[1], _answers(GOOD)) is None
+    # A few lost answers on SQL: its look continues, more evidence could still settle it either way.
+    assert evaluation.load_not_needed(_first_pair(ticket)[1], _answers(drop_passes(GOOD, 3))) is None
+    # A run that is not an evaluating ticket's first pair (here the baseline's) is never asked about.
+    assert evaluation.load_not_needed(_first_pair(ticket)[0], _answers(drop_passes(GOOD, 30))) is None
+    assert not LedgerEntry.objects.filter(kind="ticket.load_skipped").exists()
+
+
+@pytest.mark.parametrize("harmful", [True, False], ids=["rejected", "neutral"])
+def test_the_worker_measures_every_tasks_answers_first_and_runs_the_load_only_when_they_leave_the_outcome_open(
+    erin: User, baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch, harmful: bool
+) -> None:
+    """The worker's own path (``run_execute_task`` → ``pair_execute``), engines and lm-eval stood in for."""
+    events: list[tuple[str, str]] = []
+
+    def quality(suite: Any, *, base_url: str, model: str, concurrency: int, workdir: Any, samples: Any) -> Any:
+        events.append(("quality", suite.slug))
+        shipped = samples or suite.load_samples()
+        lost = harmful and model == CANDIDATE and suite.slug == SQL
+        right = drop_passes([True] * len(shipped), 30) if lost else [True] * len(shipped)
+        pairs = zip(shipped, right, strict=True)
+        return [pipeline.SampleOutcome(s["id"], s["prompt"], "t", "o", ok, 1.0, "", "") for s, ok in pairs]
+
+    def load(base: Any, cand: Any, **kwargs: Any) -> None:
+        events.append(("load", cand.task))
+        kwargs["on_phase"]("load (interleaved)")
+        for outcome in (base, cand):
+            outcome.performance = {"output_token_throughput": 100.0}
+
+    monkeypatch.setattr(run_services, "_open_engine", lambda run, attempt, warm_engine=None: _Engine(run.pair_side))
+    monkeypatch.setattr(pipeline, "quality_phase", quality)
+    monkeypatch.setattr(pipeline, "pair_load", load)
+    shown: list[int] = []
+    progress = run_services._progress
+
+    def record(run: EvaluationRun, phase: str, pct: int) -> None:
+        shown.append(pct)
+        progress(run, phase, pct)
+
+    monkeypatch.setattr(run_services, "_progress", record)
+    base_run, cand_run = run_services.pair_request(baseline=baseline, candidate=candidate, tasks=[SUMMARY, SQL])
+    evaluating_ticket(
+        erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=tasks(SUMMARY), risk_tasks=tasks(SQL)
+    )
+
+    worker_services.run_execute_task(run_id=cand_run.pk, nodename="w1")
+
+    cand_run.refresh_from_db()
+    assert cand_run.status == RunStatus.SUCCEEDED
+    # Every task's answers come before any load.
+    assert events[:4] == [("quality", SUMMARY), ("quality", SUMMARY), ("quality", SQL), ("quality", SQL)]
+    results = TaskResult.objects.filter(run__in=[base_run, cand_run])
+    assert results.count() == 4 and SampleRecord.objects.filter(run=cand_run, task=SQL).count() == 100
+    assert shown == sorted(shown) and shown[-1] < 100, shown  # the answers first, then the loads: it never goes back
+    if harmful:
+        assert [e for e in events if e[0] == "load"] == []
+        assert all(set(r.performance) == {pipeline.LOAD_SKIPPED} for r in results)
+        assert "look 1" in results[0].performance[pipeline.LOAD_SKIPPED]
+    else:
+        assert events[4:] == [("load", SUMMARY), ("load", SQL)]
+        assert all(r.performance == {"output_token_throughput": 100.0} for r in results)

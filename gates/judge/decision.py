@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from gates.judge.noise import NoiseFloor
+from gates.judge.records import LOAD_NOT_MEASURED
 from gates.judge.staged import StagedTask
 from gates.judge.verdicts import MetricVerdict, TaskEvidence, TaskVerdict, judge_task
 from gates.policy.rules import Policy
@@ -124,7 +125,13 @@ def _evidence_reasons(verdict: TaskVerdict) -> list[str]:
     if verdict.status == "error":
         return [f"{verdict.task}: {m.reason}" for m in verdict.metrics if m.status == "error"]
     undecided: list[MetricVerdict] = [m for m in verdict.metrics if m.deciding and m.status == "inconclusive"]
-    return [f"Inconclusive on {verdict.task}: {m.reason}" for m in undecided]
+    measured = [m for m in undecided if m.test != LOAD_NOT_MEASURED]
+    reasons = [f"Inconclusive on {verdict.task}: {m.reason}" for m in measured]
+    skipped = [m for m in undecided if m.test == LOAD_NOT_MEASURED]
+    if skipped:
+        why = skipped[0].details.get("not_measured", "the load was not measured")
+        reasons.append(f"Open on {verdict.task}: {len(skipped)} timing check(s) {why}.")
+    return reasons
 
 
 def decide(

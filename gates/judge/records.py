@@ -64,6 +64,9 @@ class RunTaskEvidence:
     # run) and, when it ran, what it measured.
     stress_plan: Mapping[str, Any] = field(default_factory=dict)
     stress: RunTaskEvidence | None = None
+    # Why no load was measured, when it was skipped because the answers already settled the
+    # verdict (``evaluators.pipeline.LOAD_SKIPPED``); empty when it ran.
+    load_skipped: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,11 @@ class TaskEvidence:
     task: str
     base: RunTaskEvidence
     cand: RunTaskEvidence
+
+    @property
+    def load_skipped(self) -> str:
+        """Why the load of this task was not measured (either side), or empty."""
+        return self.cand.load_skipped or self.base.load_skipped
 
     def open_loop(self) -> TaskEvidence | None:
         """Both sides' open-loop point as task evidence, when both were measured there."""
@@ -89,6 +97,9 @@ class TaskEvidence:
 
 # The metric name of the verdict that says an engine could not start.
 ENGINE_START = "engine_start"
+# The test of a timing or engine verdict whose load was skipped (``TaskEvidence.load_skipped``);
+# its ``details["not_measured"]`` says why.
+LOAD_NOT_MEASURED = "none (the load was not measured)"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from gates.judge.metric_judge import judge_metric
 from gates.judge.noise import NoiseFloor, apply_noise_floor
 from gates.judge.records import (
     ENGINE_START,
+    LOAD_NOT_MEASURED,
     Kind,
     MetricVerdict,
     Role,
@@ -129,6 +130,8 @@ def judge_task(
             verdicts.append(bottleneck_verdict(policy, evidence, task_policy, bottleneck, base_seed))
     verdicts = judge_comparability(verdicts, evidence, policy.measurement.max_delivery_shift_ms)
     verdicts = [apply_noise_floor(_with_drift(v, evidence), noise) for v in verdicts]
+    if evidence.load_skipped:
+        verdicts = [v if _from_answers(v) else _not_measured(v, evidence.load_skipped) for v in verdicts]
     return TaskVerdict(
         task=task,
         role=role,
@@ -161,6 +164,29 @@ def _open_loop_verdicts(evidence: TaskEvidence, task_policy: TaskPolicy, seed: i
             replace(verdict, metric=f"open_loop:{metric}", details={**verdict.details, "offered_rate": rate})
         )
     return verdicts
+
+
+def _from_answers(verdict: MetricVerdict) -> bool:
+    """Judged from the answers alone (pass/fail or score), so measured without the load."""
+    return verdict.metric in METRIC_SPECS and is_quality(verdict.metric)
+
+
+def _not_measured(verdict: MetricVerdict, why: str) -> MetricVerdict:
+    """A timing or engine verdict of a task whose load was skipped: open, with the reason; the
+    outcome it leaves open is settled by the answers already (a rejection)."""
+    spec = METRIC_SPECS.get(verdict.metric)
+    label = spec.label if spec is not None else verdict.metric
+    unmeasured = unmeasured_verdict(
+        task=verdict.task,
+        metric=verdict.metric,
+        kind=verdict.kind,
+        status="inconclusive",
+        test=LOAD_NOT_MEASURED,
+        reason=f"{label}: {why}.",
+        critical=verdict.critical,
+        source=verdict.source,
+    )
+    return replace(unmeasured, details={"not_measured": why})
 
 
 def _with_drift(verdict: MetricVerdict, evidence: TaskEvidence) -> MetricVerdict:

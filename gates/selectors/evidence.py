@@ -16,6 +16,7 @@ from evaluators.models import (
     SampleRecord,
     TaskResult,
 )
+from evaluators.pipeline import LOAD_SKIPPED
 from evaluators.selectors import request_latencies_ms
 from gates.judge.records import RequestTiming
 from gates.judge.verdicts import RunTaskEvidence
@@ -89,6 +90,7 @@ def _load_evidence(
         stress=None
         if not (point := stress.get("point"))
         else _load_evidence(run, [], point, _numbers(point.get("engine"))),
+        load_skipped=str(performance.get(LOAD_SKIPPED) or ""),
     )
 
 

@@ -7,7 +7,14 @@ from collections.abc import Iterable, Sequence
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord
 from evaluators.suites import get_suite
 from evaluators.suites.base import HELD_OUT_SIZE
-from gates.judge.staged import StagedTask, StageOutcomes, staged_guardrails, task_looks, task_stage_sizes
+from gates.judge.staged import (
+    StagedLooks,
+    StagedTask,
+    StageOutcomes,
+    staged_guardrails,
+    task_looks,
+    task_stage_sizes,
+)
 from gates.models import EvaluationStage, GateDecision, ReleaseTicket
 from gates.policy.rules import MetricRule, Policy
 
@@ -83,7 +90,6 @@ def ticket_staged(ticket: ReleaseTicket, policy: Policy, tasks: Iterable[str]) -
         return {}
     stages = series_stages(ticket)
     budget_spent = 1 + len(stages) - looks_judged(ticket) >= rule.stages_per_evaluation
-    discordance = policy.power_plan.discordance_default
     staged: dict[str, StagedTask] = {}
     for task in tasks:
         task_policy = policy.task(task)
@@ -95,9 +101,20 @@ def ticket_staged(ticket: ReleaseTicket, policy: Policy, tasks: Iterable[str]) -
         if not all(_usable(base) and _usable(cand) for base, cand in pairs):
             continue
         outcomes: list[StageOutcomes] = [(_passed(b.pk, task), _passed(c.pk, task)) for b, c in pairs if b and c]
-        sizes = stage_sizes(policy, guardrails, len(get_suite(task).load_samples()))
-        if not all(set(base) & set(cand) for base, cand in outcomes) or len(outcomes) > len(sizes):
-            continue
-        looks = {g.metric: task_looks(rule, g, outcomes, sizes, discordance=discordance) for g in guardrails}
-        staged[task] = StagedTask(looks, budget_spent=budget_spent)
+        looks = staged_looks(policy, task, guardrails, outcomes)
+        if looks is not None:
+            staged[task] = StagedTask(looks, budget_spent=budget_spent)
     return staged
+
+
+def staged_looks(
+    policy: Policy, task: str, guardrails: Sequence[MetricRule], outcomes: list[StageOutcomes]
+) -> dict[str, StagedLooks] | None:
+    """Per staged guardrail of ``task``, its looks over ``outcomes`` (each stage's pass/fail by
+    sample id, baseline and candidate); None when a stage pairs no sample or the design has fewer
+    looks than stages."""
+    sizes = stage_sizes(policy, guardrails, len(get_suite(task).load_samples()))
+    if not all(set(base) & set(cand) for base, cand in outcomes) or len(outcomes) > len(sizes):
+        return None
+    discordance = policy.power_plan.discordance_default
+    return {g.metric: task_looks(policy.sequential, g, outcomes, sizes, discordance=discordance) for g in guardrails}

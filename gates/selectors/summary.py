@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gates.display import metric_display
+from gates.judge.records import LOAD_NOT_MEASURED
 from gates.models import DecisionOutcome, GateDecision, TicketStatus
 from gates.selectors.evidence import decision_provenance
 
@@ -31,6 +32,8 @@ def deciding_metrics(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     status = verdict.get("status")
     if status in FINDING_STATUSES:
         chosen = [m for m in metrics if m.get("status") == status]
+        # A check the skipped load left open has no numbers: shown only where nothing else is.
+        chosen = [m for m in chosen if m.get("test") != LOAD_NOT_MEASURED] or chosen
         chosen.sort(key=lambda m: (not m.get("critical"), _KIND_ORDER.get(m.get("kind", ""), 9)))
     else:
         chosen = [m for m in metrics if m.get("status") == "pass" and m.get("kind") != "tradeable"]
@@ -56,7 +59,8 @@ def blocking_findings(verdicts: dict[str, Any]) -> list[dict[str, str]]:
         if status not in FINDING_STATUSES:
             continue
         for metric in verdict.get("metrics") or []:
-            if metric.get("status") == status:
+            # A check the skipped load left open holds nothing back: the answers already rejected.
+            if metric.get("status") == status and metric.get("test") != LOAD_NOT_MEASURED:
                 findings.append(
                     {
                         "task": task,

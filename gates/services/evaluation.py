@@ -6,6 +6,8 @@ overlaps a task): state moves are compare-and-swap and "already done" returns qu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -21,13 +23,13 @@ from gates.judge.mechanisms import NOT_EXERCISED
 from gates.judge.staged import StagedTask, staged_guardrails
 from gates.models import DecisionOutcome, EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
 from gates.policy.rules import Policy
-from gates.selectors.stages import looks_judged, series_stages, stage_runs, ticket_staged
+from gates.selectors.stages import looks_judged, series_stages, stage_runs, staged_looks, ticket_staged
 from gates.services.decisions import decision_judge, decision_make
 from gates.services.dispatch import enqueue_runs, enqueue_ticket_check, run_task_id
 from gates.services.dispatch import run_enqueue as run_enqueue  # re-exported: callers send a run from here
 from gates.services.notifications import notify
 from gates.services.policy import gate_policy
-from gates.services.stages import stage_request
+from gates.services.stages import looks_summary, stage_request
 from gates.services.tickets import ticket_submit, ticket_transition
 from ledger.services import ledger_append
 
@@ -247,15 +249,8 @@ def _next_stage_tasks(ticket: ReleaseTicket, policy: Policy) -> tuple[list[str],
     staged = ticket_staged(ticket, policy, ticket_tasks(ticket))
     if stages >= rule.looks or not staged or any(item.budget_spent for item in staged.values()):
         return [], staged
-    beneficiary = {t.slug for t in ticket.beneficiary_tasks.all()}
-    critical = policy.critical_tasks_for(list(ticket.mechanisms))
-    for task, item in staged.items():
-        task_policy = policy.task(task)
-        rules = {r.metric: r for r in (task_policy.guardrails if task_policy else ())}
-        for metric, looks in item.guardrails.items():
-            deciding = task in beneficiary or task in critical or rules[metric].critical
-            if looks.last.outcome == "reject" and deciding:
-                return [], staged
+    if _deciding_rejections(ticket, policy, staged):
+        return [], staged
     more = [task for task, item in staged.items() if item.continuing]
     if more:
         still_open = {
@@ -265,6 +260,62 @@ def _next_stage_tasks(ticket: ReleaseTicket, policy: Policy) -> tuple[list[str],
         if settled_rejection(decision_judge(ticket=ticket, policy=policy).decision, still_open):
             return [], staged
     return more, staged
+
+
+def _deciding_rejections(ticket: ReleaseTicket, policy: Policy, staged: Mapping[str, StagedTask]) -> list[str]:
+    """Each staged guardrail whose last look rejects and that decides the outcome on its own: a
+    beneficiary task's, a critical task's under the ticket's mechanisms, or a critical rule's
+    (``gates.judge.decision``: each of them rejects the ticket whatever else is measured)."""
+    beneficiary = {t.slug for t in ticket.beneficiary_tasks.all()}
+    critical = policy.critical_tasks_for(list(ticket.mechanisms))
+    found = []
+    for task, item in staged.items():
+        task_policy = policy.task(task)
+        rules = {r.metric: r for r in (task_policy.guardrails if task_policy else ())}
+        for metric, looks in item.guardrails.items():
+            deciding = task in beneficiary or task in critical or rules[metric].critical
+            if looks.last.outcome == "reject" and deciding:
+                found.append(f"{task}'s {metric}")
+    return found
+
+
+def load_not_needed(run_id: int, answers: Mapping[str, tuple[dict[str, bool], dict[str, bool]]]) -> str | None:
+    """The worker's question once a ticket's first pair has every task's answers, before any load
+    (``evaluators.services.QualityCheck``): why the load need not run, when those answers already
+    reject the candidate (a staged guardrail that decides on its own rejects at look 1, which is
+    where ``ticket_check`` judges the ticket instead of asking for a stage), so no timing could
+    change the outcome. None otherwise, and for a run that is not an evaluating ticket's first pair.
+
+    The ledger records the skip with the looks behind it.
+    """
+    ticket = ReleaseTicket.objects.filter(candidate_run_id=run_id, status=TicketStatus.EVALUATING).first()
+    policy = gate_policy()
+    if ticket is None or not policy.sequential.enabled:
+        return None
+    staged = {}
+    for task, (base, cand) in answers.items():
+        task_policy = policy.task(task)
+        guardrails = staged_guardrails(task_policy) if task_policy else []
+        looks = staged_looks(policy, task, guardrails, [(base, cand)]) if guardrails else None
+        if looks is not None:
+            staged[task] = StagedTask(looks)
+    rejected = _deciding_rejections(ticket, policy, staged)
+    if not rejected:
+        return None
+    reason = (
+        f"not measured: {', '.join(rejected)} rejected the candidate at look 1 of its answers, "
+        "so no timing could change the outcome"
+    )
+    with transaction.atomic():
+        ledger_append(
+            kind="ticket.load_skipped",
+            subject_type="ticket",
+            subject_id=ticket.pk,
+            subject_name=ticket.title,
+            actor=None,
+            payload={"candidate_run": run_id, "reason": reason, "looks": looks_summary(staged)},
+        )
+    return reason
 
 
 def _enqueue_check_now(ticket_id: int) -> None:

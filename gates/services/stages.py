@@ -40,7 +40,7 @@ def next_stage_sizes(staged: Mapping[str, StagedTask], tasks: list[str]) -> dict
     return {task: max(looks.stage_size for looks in staged[task].guardrails.values()) for task in tasks}
 
 
-def _looks_summary(staged: Mapping[str, StagedTask]) -> dict[str, dict[str, Any]]:
+def looks_summary(staged: Mapping[str, StagedTask]) -> dict[str, dict[str, Any]]:
     """Per task and staged guardrail, the last look in a few numbers (the ledger's view)."""
     return {
         task: {
@@ -108,7 +108,7 @@ def stage_request(
                     "baseline_run": base_run.pk,
                     "candidate_run": cand_run.pk,
                     "first_run": first_run,
-                    "looks": _looks_summary(staged),
+                    "looks": looks_summary(staged),
                 },
             )
             # The pair's one message goes with the candidate, as for the first pair.
