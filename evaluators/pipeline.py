@@ -288,31 +288,6 @@ def _scrape(base_url: str) -> MetricsSnapshot | None:
         return None
 
 
-def evaluate_pair_task(
-    slug: str,
-    *,
-    baseline: Endpoint,
-    candidate: Endpoint,
-    profile: dict[str, Any],
-    baseline_samples: list[SampleOutcome] | None = None,
-    on_phase: Any = None,
-) -> tuple[TaskOutcome, TaskOutcome]:
-    """One task on both engines at once: quality on each (the baseline's deterministic greedy
-    outcomes may be passed in from a matching earlier run), then the load in interleaved blocks
-    (:mod:`evaluators.interleave`). Timing is always measured here, never reused."""
-    base, cand = pair_quality(
-        slug,
-        baseline=baseline,
-        candidate=candidate,
-        profile=profile,
-        baseline_samples=baseline_samples,
-        on_phase=on_phase,
-    )
-    if not profile.get("quality_only"):
-        pair_load(base, cand, baseline=baseline, candidate=candidate, profile=profile, on_phase=on_phase)
-    return base, cand
-
-
 def pair_quality(
     slug: str,
     *,
@@ -322,7 +297,8 @@ def pair_quality(
     baseline_samples: list[SampleOutcome] | None = None,
     on_phase: Any = None,
 ) -> tuple[TaskOutcome, TaskOutcome]:
-    """The quality half of :func:`evaluate_pair_task`: each side's answers and their summary."""
+    """One task's answers on both engines: each side's quality (the baseline's deterministic greedy
+    outcomes may be passed in from a matching earlier run) and its summary."""
     suite = get_suite(slug)
     outcomes = {side: TaskOutcome(task=slug, suite_version=suite.version) for side in (BASELINE, CANDIDATE)}
     endpoints = {BASELINE: baseline, CANDIDATE: candidate}
@@ -358,8 +334,9 @@ def pair_load(
     profile: dict[str, Any],
     on_phase: Any = None,
 ) -> None:
-    """The load half of :func:`evaluate_pair_task`: the task's load in interleaved blocks (and its
-    open-loop and stress points), stored on both outcomes, whose samples gain their latencies."""
+    """One task's load on both engines in interleaved blocks (:mod:`evaluators.interleave`), and its
+    open-loop and stress points, stored on both outcomes, whose samples gain their latencies.
+    Timing is always measured here, never reused."""
     slug = cand.task
     suite = get_suite(slug)
     outcomes = {BASELINE: base, CANDIDATE: cand}

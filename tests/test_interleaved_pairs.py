@@ -504,7 +504,11 @@ def test_a_stage_profile_names_each_tasks_own_stage_size() -> None:
     assert (len(other), other[0]["id"]) == (100, "knowledge_qa-h0101")
 
 
-def test_a_stage_pair_answers_its_held_out_samples_only_and_measures_no_load(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.django_db
+def test_a_stage_pair_answers_its_held_out_samples_only_and_measures_no_load(
+    baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's own path (``run_execute`` → ``pair_execute``), engines and lm-eval stood in for."""
     asked: list[list[str]] = []
 
     def quality(suite: Any, *, base_url: str, model: str, concurrency: int, workdir: Any, samples: Any) -> Any:
@@ -514,13 +518,18 @@ def test_a_stage_pair_answers_its_held_out_samples_only_and_measures_no_load(mon
     def no_load(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a quality-only stage measured load")
 
+    monkeypatch.setattr(services, "_open_engine", lambda run, attempt, warm_engine=None: _Engine(run.pair_side))
     monkeypatch.setattr(pipeline, "quality_phase", quality)
     monkeypatch.setattr(pipeline, "measure_interleaved", no_load)
-    endpoint = Endpoint("http://127.0.0.1:9", "m")
     profile = {**pipeline.DEFAULT_LOAD_PROFILE, "quality_only": True, "stage": 3}
-    base, cand = pipeline.evaluate_pair_task("tool_calling", baseline=endpoint, candidate=endpoint, profile=profile)
+    base_run, cand_run = services.pair_request(
+        baseline=baseline, candidate=candidate, tasks=["tool_calling"], load_profile=profile
+    )
+    services.run_execute(run_id=cand_run.pk)
     held_out = [s["id"] for s in pipeline.get_suite("tool_calling").stage_samples(3)]
     assert asked == [held_out, held_out]  # candidate, then baseline: the same samples
+    base, cand = (TaskResult.objects.get(run=run, task="tool_calling") for run in (base_run, cand_run))
+    assert base.error == cand.error == ""  # a load attempt would have broken the task
     assert base.suite_version == cand.suite_version == "1+h1" and cand.quality["n"] == 100
     assert cand.performance == {} and cand.requests == []
 

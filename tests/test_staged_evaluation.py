@@ -206,7 +206,7 @@ def test_the_worker_executes_each_stage_on_its_held_out_samples_until_the_ticket
     django_capture_on_commit_callbacks: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The worker's own path (``run_execute`` → ``pair_execute`` → ``evaluate_pair_task``), with the
+    """The worker's own path (``run_execute`` → ``pair_execute`` → ``pair_quality``), with the
     engines and lm-eval stood in for: every held-out answer right on both sides."""
     asked: list[tuple[str, str]] = []
 
