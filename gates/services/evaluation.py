@@ -289,8 +289,10 @@ def load_not_needed(run_id: int, answers: Mapping[str, tuple[dict[str, bool], di
     The ledger records the skip with the looks behind it.
     """
     ticket = ReleaseTicket.objects.filter(candidate_run_id=run_id, status=TicketStatus.EVALUATING).first()
+    if ticket is None:
+        return None
     policy = gate_policy()
-    if ticket is None or not policy.sequential.enabled:
+    if not policy.sequential.enabled:
         return None
     staged = {}
     for task, (base, cand) in answers.items():
