@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -39,10 +40,22 @@ logger = logging.getLogger(__name__)
 # Progress budget: engine start-up takes the first 10%, the tasks share the rest evenly.
 ENGINE_SHARE = 10
 
-# Asked once a pair's first stage has every task's answers, before any load: the candidate run's
-# id and, per task, each side's pass/fail by sample id (baseline, candidate). A reason (text) when
-# those answers already settle the verdict, so timing could not change it: the load is skipped.
-QualityCheck = Callable[[int, dict[str, tuple[dict[str, bool], dict[str, bool]]]], str | None]
+# Per task, each side's pass/fail by sample id (baseline, candidate).
+Answers = dict[str, tuple[dict[str, bool], dict[str, bool]]]
+
+
+@dataclass(frozen=True)
+class LoadChecks:
+    """Whether the load still to come in a pair can change its verdict: each check answers with a
+    reason (text) to skip that load, or None, and is given the candidate run's id.
+
+    ``answers`` is asked once every task's answers are in, before any load, with those answers;
+    ``loads`` after each task's load is stored while other tasks' loads remain, with the tasks
+    whose load is stored so far. A skipped task's result stores the reason and no requests.
+    """
+
+    answers: Callable[[int, Answers], str | None] | None = None
+    loads: Callable[[int, list[str]], str | None] | None = None
 
 
 class RunCancelled(Exception):
@@ -364,7 +377,7 @@ def run_execute(
     run_id: int,
     worker: str = "",
     cancel_check: Callable[[], bool] | None = None,
-    quality_check: QualityCheck | None = None,
+    load_checks: LoadChecks | None = None,
 ) -> EvaluationRun:
     """Execute a queued run end to end and store its evidence; return the run as it ended.
 
@@ -377,7 +390,7 @@ def run_execute(
     """
     worker = worker or socket.gethostname()
     if EvaluationRun.objects.filter(pk=run_id, paired_run__isnull=False).exists():
-        pair_execute(run_id=run_id, worker=worker, cancel_check=cancel_check, quality_check=quality_check)
+        pair_execute(run_id=run_id, worker=worker, cancel_check=cancel_check, load_checks=load_checks)
         return EvaluationRun.objects.get(pk=run_id)
     claimed = _claim(run_id, worker)
     if claimed is None:
@@ -489,11 +502,11 @@ def pair_execute(
     run_id: int,
     worker: str = "",
     cancel_check: Callable[[], bool] | None = None,
-    quality_check: QualityCheck | None = None,
+    load_checks: LoadChecks | None = None,
 ) -> None:
     """Execute an interleaved pair (either run's id): both engines up, every task's quality on each
     (the baseline's reused from a matching earlier run when there is one), then every task's load
-    in alternating blocks unless ``quality_check`` finds the answers settle the verdict; store both
+    in alternating blocks unless ``load_checks`` find the verdict settled without it; store both
     runs' evidence and finish both. Engines always stop.
     """
     worker = worker or socket.gethostname()
@@ -516,7 +529,7 @@ def pair_execute(
             timings["engines_up_s"] = round(time.monotonic() - started, 3)
             for run in runs.values():
                 _progress(run, "engines ready", ENGINE_SHARE)
-            failed = _execute_pair_tasks(runs, engines, cancelled, timings, quality_check)
+            failed = _execute_pair_tasks(runs, engines, cancelled, timings, load_checks)
             if failed == len(runs[CANDIDATE].tasks):
                 for side, run in runs.items():
                     why = f"every task failed to evaluate: {_task_errors(run)}"
@@ -610,16 +623,18 @@ def _execute_pair_tasks(
     engines: dict[str, EngineHandle | AttachedEngine],
     cancelled: Callable[[], bool],
     timings: dict[str, float],
-    quality_check: QualityCheck | None = None,
+    load_checks: LoadChecks | None = None,
 ) -> int:
-    """Each task on both engines, in two passes: every task's quality, then (unless ``quality_check``
-    says the answers settle it) every task's load. Returns how many tasks broke (stored with their
-    error on both runs)."""
+    """Each task on both engines, in two passes: every task's quality, then every task's load, as
+    long as ``load_checks`` do not find the verdict settled without it (after the answers, then
+    after each task's load). Returns how many tasks broke (stored with their error on both runs)."""
     tasks = runs[CANDIDATE].tasks
     profile = runs[CANDIDATE].load_profile
     share = (100 - ENGINE_SHARE) / len(tasks)
     endpoints = {side: _gateway_endpoint(runs[side].backend, engine) for side, engine in engines.items()}
     measured: dict[str, tuple[pipeline.TaskOutcome, pipeline.TaskOutcome]] = {}
+    checks = load_checks or LoadChecks()
+    timed = not profile.get("quality_only")
     failed = 0
 
     def phases(k: int, slug: str) -> Callable[[str], None]:
@@ -676,12 +691,13 @@ def _execute_pair_tasks(
             timings[f"{slug}_s"] = round(time.monotonic() - task_started, 3)
 
     skipped = None
-    if not profile.get("quality_only") and quality_check is not None and measured:
+    if timed and checks.answers is not None and measured:
         answers = {
             slug: ({s.sample_id: s.passed for s in base.samples}, {s.sample_id: s.passed for s in cand.samples})
             for slug, (base, cand) in measured.items()
         }
-        skipped = quality_check(runs[CANDIDATE].pk, answers)
+        skipped = checks.answers(runs[CANDIDATE].pk, answers)
+    loaded: list[str] = []
     for k, slug in enumerate(tasks):
         if slug not in measured:
             continue
@@ -689,7 +705,7 @@ def _execute_pair_tasks(
         if skipped:
             for outcome in (base, cand):
                 outcome.performance = {pipeline.LOAD_SKIPPED: skipped}
-        elif not profile.get("quality_only"):
+        elif timed:
             if cancelled():
                 raise RunCancelled("cancel requested")
             task_started = time.monotonic()
@@ -709,6 +725,10 @@ def _execute_pair_tasks(
             timings[f"{slug}_s"] = round(timings.get(f"{slug}_s", 0.0) + time.monotonic() - task_started, 3)
         _store_task(runs[BASELINE], base)
         _store_task(runs[CANDIDATE], cand)
+        if timed and not skipped:
+            loaded.append(slug)
+            if checks.loads is not None and any(t in measured for t in tasks[k + 1 :]):
+                skipped = checks.loads(runs[CANDIDATE].pk, loaded)
     return failed
 
 

@@ -136,6 +136,25 @@ def task_spec(
     return {"passed": passed, "speed": speed, "seed": seed, "engine": engine or {}, "error": error}
 
 
+def timed_requests(n: int, speed: float, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``n`` requests' timings and the load's throughput, latencies scaled by ``speed``."""
+    rng = np.random.default_rng(seed)
+    ttft, tpot = rng.lognormal(np.log(0.3), 0.3, n) * speed, rng.lognormal(np.log(0.04), 0.3, n) * speed
+    e2e = rng.lognormal(np.log(4.0), 0.3, n) * speed
+    requests = [
+        {
+            "ttft_s": float(a),
+            "tpot_s": float(b),
+            "itl_s": [float(b)],
+            "e2e_s": float(c),
+            "output_tokens": 100,
+            "error": None,
+        }
+        for a, b, c in zip(ttft, tpot, e2e, strict=True)
+    ]
+    return requests, {"output_token_throughput": 1000.0 / speed}
+
+
 def store_run(
     backend: Backend,
     tasks: dict[str, dict[str, Any]],
@@ -156,28 +175,14 @@ def store_run(
         error_kind=error_kind,
     )
     for task, spec in tasks.items():
-        rng = np.random.default_rng(spec["seed"])
-        n, speed = len(spec["passed"]), spec["speed"]
-        ttft, tpot = rng.lognormal(np.log(0.3), 0.3, n) * speed, rng.lognormal(np.log(0.04), 0.3, n) * speed
-        e2e = rng.lognormal(np.log(4.0), 0.3, n) * speed
-        requests = [
-            {
-                "ttft_s": float(a),
-                "tpot_s": float(b),
-                "itl_s": [float(b)],
-                "e2e_s": float(c),
-                "output_tokens": 100,
-                "error": None,
-            }
-            for a, b, c in zip(ttft, tpot, e2e, strict=True)
-        ]
+        requests, performance = timed_requests(len(spec["passed"]), spec["speed"], spec["seed"])
         TaskResult.objects.create(
             run=run,
             task=task,
             suite_version="1",
             requests=requests,
             engine_evidence=spec["engine"],
-            performance={"output_token_throughput": 1000.0 / speed},
+            performance=performance,
             error=spec["error"],
         )
         SampleRecord.objects.bulk_create(

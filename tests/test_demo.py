@@ -94,13 +94,29 @@ def test_the_demos_tickets_are_decided_in_stages_that_stop_as_soon_as_the_eviden
         assert set(result["performance"]) == {"load_skipped"} and result["requests"] == [], (task, result)
         why = result["performance"]["load_skipped"]
         assert "cs_summary's pass_rate" in why and "rejected the candidate at look 1" in why, why
-    skipped = demo_evidence.query(
-        "SELECT subject_name, payload FROM ledger_ledgerentry WHERE kind = 'ticket.load_skipped'"
-    )
-    assert [row["subject_name"] for row in skipped] == [LOW_BIT_TITLE], [dict(r) for r in skipped]
     # The other two tickets' answers left their outcome open: their pairs measured the load.
     for backend, task in ((PREFIX_CACHE, "knowledge_qa"), (NGRAM, "cs_summary")):
         assert demo_evidence.task_result(backend, task)["performance"].get("blocks"), (backend, task)
+    # The n-gram pair measured its beneficiary first. When that load already rejects the candidate
+    # (the failed speed-up the ticket is judged on at once), the risk task's load was not sent.
+    ngram = demo_evidence.decision(NGRAM_TITLE)
+    failed_gain = [r for r in ngram["reasons"] if r.startswith("Beneficiary task cs_summary")]
+    code = demo_evidence.task_result(NGRAM, "code_assistant")
+    if failed_gain:
+        assert set(code["performance"]) == {"load_skipped"} and code["requests"] == [], code
+        assert "the load of cs_summary already rejects" in code["performance"]["load_skipped"]
+    else:
+        assert code["performance"].get("blocks"), code
+    skipped = {
+        row["subject_name"]: json.loads(row["payload"])
+        for row in demo_evidence.query(
+            "SELECT subject_name, payload FROM ledger_ledgerentry WHERE kind = 'ticket.load_skipped'"
+        )
+    }
+    assert set(skipped) == {LOW_BIT_TITLE, *([NGRAM_TITLE] if failed_gain else [])}, skipped
+    if failed_gain:
+        assert skipped[NGRAM_TITLE]["measured"] == ["cs_summary"]
+        assert skipped[NGRAM_TITLE]["findings"][0] in failed_gain, (skipped[NGRAM_TITLE], failed_gain)
 
 
 def test_the_approved_ticket_is_promoted_by_its_canary_on_measured_rounds_only_after_its_window(

@@ -38,6 +38,7 @@ from tests.factories import (
     store_run,
     task_spec,
     tasks,
+    timed_requests,
 )
 from workers import services as worker_services
 
@@ -799,17 +800,19 @@ def test_answers_that_leave_the_outcome_open_keep_the_load(erin: User, baseline:
     assert not LedgerEntry.objects.filter(kind="ticket.load_skipped").exists()
 
 
-@pytest.mark.parametrize("harmful", [True, False], ids=["rejected", "neutral"])
-def test_the_worker_measures_every_tasks_answers_first_and_runs_the_load_only_when_they_leave_the_outcome_open(
-    erin: User, baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch, harmful: bool
+@pytest.mark.parametrize("case", ["answers reject", "first load rejects", "open"])
+def test_the_worker_measures_every_tasks_answers_first_and_each_load_only_while_the_outcome_is_open(
+    erin: User, baseline: Backend, candidate: Backend, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    """The worker's own path (``run_execute_task`` → ``pair_execute``), engines and lm-eval stood in for."""
+    """The worker's own path (``run_execute_task`` → ``pair_execute``), engines and lm-eval stood in
+    for: SQL's answers lost (rejected before any load), the beneficiary's load slower than the
+    baseline's (rejected before SQL's load), or a faster candidate answering as the baseline does."""
     events: list[tuple[str, str]] = []
 
     def quality(suite: Any, *, base_url: str, model: str, concurrency: int, workdir: Any, samples: Any) -> Any:
         events.append(("quality", suite.slug))
         shipped = samples or suite.load_samples()
-        lost = harmful and model == CANDIDATE and suite.slug == SQL
+        lost = case == "answers reject" and model == CANDIDATE and suite.slug == SQL
         right = drop_passes([True] * len(shipped), 30) if lost else [True] * len(shipped)
         pairs = zip(shipped, right, strict=True)
         return [pipeline.SampleOutcome(s["id"], s["prompt"], "t", "o", ok, 1.0, "", "") for s, ok in pairs]
@@ -817,8 +820,9 @@ def test_the_worker_measures_every_tasks_answers_first_and_runs_the_load_only_wh
     def load(base: Any, cand: Any, **kwargs: Any) -> None:
         events.append(("load", cand.task))
         kwargs["on_phase"]("load (interleaved)")
-        for outcome in (base, cand):
-            outcome.performance = {"output_token_throughput": 100.0}
+        speed = 1.5 if case == "first load rejects" else 0.7
+        base.requests, base.performance = timed_requests(100, 1.0, seed=1)
+        cand.requests, cand.performance = timed_requests(100, speed, seed=1)
 
     monkeypatch.setattr(run_services, "_open_engine", lambda run, attempt, warm_engine=None: _Engine(run.pair_side))
     monkeypatch.setattr(pipeline, "quality_phase", quality)
@@ -842,13 +846,96 @@ def test_the_worker_measures_every_tasks_answers_first_and_runs_the_load_only_wh
     assert cand_run.status == RunStatus.SUCCEEDED
     # Every task's answers come before any load.
     assert events[:4] == [("quality", SUMMARY), ("quality", SUMMARY), ("quality", SQL), ("quality", SQL)]
-    results = TaskResult.objects.filter(run__in=[base_run, cand_run])
-    assert results.count() == 4 and SampleRecord.objects.filter(run=cand_run, task=SQL).count() == 100
+    results = {(r.run_id, r.task): r for r in TaskResult.objects.filter(run__in=[base_run, cand_run])}
+    assert len(results) == 4 and SampleRecord.objects.filter(run=cand_run, task=SQL).count() == 100
     assert shown == sorted(shown) and shown[-1] < 100, shown  # the answers first, then the loads: it never goes back
-    if harmful:
-        assert [e for e in events if e[0] == "load"] == []
-        assert all(set(r.performance) == {pipeline.LOAD_SKIPPED} for r in results)
-        assert "look 1" in results[0].performance[pipeline.LOAD_SKIPPED]
+    loads = [task for kind, task in events if kind == "load"]
+    skipped = {task: r.performance[pipeline.LOAD_SKIPPED] for (_, task), r in results.items() if not r.requests}
+    if case == "answers reject":
+        assert loads == [] and set(skipped) == {SUMMARY, SQL} and "look 1" in skipped[SQL]
+        assert all(set(r.performance) == {pipeline.LOAD_SKIPPED} for r in results.values())
+    elif case == "first load rejects":
+        assert loads == [SUMMARY] and set(skipped) == {SQL}
+        assert f"the load of {SUMMARY} already rejects" in skipped[SQL]
+        assert all(len(results[run.pk, SUMMARY].requests) == 100 for run in (base_run, cand_run))
     else:
-        assert events[4:] == [("load", SUMMARY), ("load", SQL)]
-        assert all(r.performance == {"output_token_throughput": 100.0} for r in results)
+        assert loads == [SUMMARY, SQL] and not skipped
+    entries = LedgerEntry.objects.filter(kind="ticket.load_skipped")
+    assert entries.count() == (0 if case == "open" else 1)
+
+
+def _measuring(backend: Backend, specs: dict[str, dict[str, Any]]) -> EvaluationRun:
+    """A run still measuring: ``specs``' tasks stored (answers and load), the others to come."""
+    return store_run(backend, specs, status=RunStatus.RUNNING)
+
+
+def _finish(run: EvaluationRun, task: str, passed: list[bool], reason: str) -> None:
+    """The worker's last steps: ``task`` stored with its answers and the skipped load, the run done."""
+    TaskResult.objects.create(run=run, task=task, suite_version="1", performance={pipeline.LOAD_SKIPPED: reason})
+    SampleRecord.objects.bulk_create(
+        SampleRecord(run=run, task=task, sample_id=f"{task}-{i:04d}", passed=ok, score=float(ok))
+        for i, ok in enumerate(passed)
+    )
+    EvaluationRun.objects.filter(pk=run.pk).update(tasks=[*run.tasks, task], status=RunStatus.SUCCEEDED)
+
+
+def test_a_load_that_already_rejects_the_candidate_skips_the_loads_still_to_come_and_the_decision_rejects_on_it(
+    erin: User, baseline: Backend, candidate: Backend, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # The beneficiary measured first, the candidate half again as slow: its promised gain failed.
+    base_run = _measuring(baseline, {SUMMARY: task_spec(GOOD, seed=1)})
+    cand_run = _measuring(candidate, {SUMMARY: task_spec(GOOD, speed=1.5, seed=1)})
+    ticket = evaluating_ticket(
+        erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=tasks(SUMMARY), risk_tasks=tasks(SQL)
+    )
+    reason = evaluation.load_rest_not_needed(cand_run.pk, [SUMMARY])
+    assert reason is not None and f"the load of {SUMMARY} already rejects" in reason, reason
+    assert f"Beneficiary task {SUMMARY}" in reason, reason
+    # A worker that retries the pair asks again: the same answer, one ledger entry.
+    assert evaluation.load_rest_not_needed(cand_run.pk, [SUMMARY]) == reason
+    (skipped,) = LedgerEntry.objects.filter(kind="ticket.load_skipped", subject_id=str(ticket.pk))
+    assert skipped.payload["candidate_run"] == cand_run.pk and skipped.payload["reason"] == reason
+    assert skipped.payload["measured"] == [SUMMARY] and skipped.payload["findings"]
+
+    # SQL's answers stored, its load not sent: the decision rejects on the beneficiary's failure,
+    # the finding the check named, and says what was not measured on SQL.
+    for run in (base_run, cand_run):
+        _finish(run, SQL, GOOD, reason)
+    assert _check(ticket, django_capture_on_commit_callbacks) == "reject"
+    decision = decision_current(ticket=ticket)
+    assert decision is not None
+    assert skipped.payload["findings"][0] in decision.reasons, decision.reasons
+    assert decision.verdicts[SUMMARY]["status"] == "fail"
+    timing = [m for m in decision.verdicts[SQL]["metrics"] if not _from_answers(m["metric"])]
+    assert timing and all(m["test"] == LOAD_NOT_MEASURED and reason in m["reason"] for m in timing)
+    assert [r.split(":")[0] for r in decision.reasons if r.startswith("Open on ")] == [f"Open on {SQL}"]
+    assert ledger_verify().ok
+
+
+def test_a_load_that_leaves_the_outcome_open_keeps_the_loads_still_to_come(
+    erin: User, baseline: Backend, candidate: Backend
+) -> None:
+    # The beneficiary faster as promised: the risk task's load may still restrict or reject.
+    base_run = _measuring(baseline, {SUMMARY: task_spec(GOOD, seed=1), SQL: task_spec(GOOD, seed=2)})
+    cand_run = _measuring(candidate, {SUMMARY: task_spec(GOOD, speed=0.7, seed=1), SQL: task_spec(GOOD, seed=2)})
+    evaluating_ticket(
+        erin, baseline, candidate, base_run, cand_run, beneficiary_tasks=tasks(SUMMARY), risk_tasks=tasks(SQL)
+    )
+    assert evaluation.load_rest_not_needed(cand_run.pk, [SUMMARY]) is None
+    # A risk task three times slower fails its latency guardrails, which restricts the ticket to the
+    # other tasks: it rejects nothing alone, so the beneficiary's load still runs.
+    slower = _measuring(candidate, {SQL: task_spec(GOOD, speed=3.0, seed=2)})
+    evaluating_ticket(
+        erin, baseline, candidate, base_run, slower, beneficiary_tasks=tasks(SUMMARY), risk_tasks=tasks(SQL)
+    )
+    assert evaluation.load_rest_not_needed(slower.pk, [SQL]) is None
+    # A run that is not an evaluating ticket's first pair (the baseline's) is never asked about.
+    assert evaluation.load_rest_not_needed(base_run.pk, [SUMMARY]) is None
+    assert not LedgerEntry.objects.filter(kind="ticket.load_skipped").exists()
+    # The same slower SQL on a ticket that promises SQL the gain: its broken guardrail rejects.
+    promised = _measuring(candidate, {SQL: task_spec(GOOD, speed=3.0, seed=2)})
+    evaluating_ticket(
+        erin, baseline, candidate, base_run, promised, beneficiary_tasks=tasks(SQL), risk_tasks=tasks(SUMMARY)
+    )
+    reason = evaluation.load_rest_not_needed(promised.pk, [SQL])
+    assert reason is not None and f"Beneficiary task {SQL} breaks a guardrail" in reason, reason

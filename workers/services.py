@@ -20,7 +20,7 @@ from core.errors import DomainError
 from evaluators import services as run_services
 from evaluators.models import EvaluationAttempt, EvaluationRun, RunStatus
 from evaluators.processes import kill_process_group, process_alive
-from gates.services.evaluation import enqueue_runs, enqueue_ticket_check, load_not_needed, tickets_for_run
+from gates.services.evaluation import LOAD_CHECKS, enqueue_runs, enqueue_ticket_check, tickets_for_run
 from ledger.services import ledger_append
 from workers.schedules import SCHEDULES, Every
 
@@ -117,8 +117,8 @@ def worker_recover(*, nodename: str) -> list[int]:
 def run_execute_task(*, run_id: int, nodename: str, cancel_check: Any = None) -> EvaluationRun | None:
     """What the ``gpu`` task does with a run id: execute, take over an orphan, or return quietly.
 
-    A ticket's first pair skips its load when its answers already reject the candidate
-    (``gates.services.evaluation.load_not_needed``)."""
+    A ticket's first pair skips the load still to come when what it measured already rejects the
+    candidate: its answers, or the loads measured so far (``gates.services.evaluation.LOAD_CHECKS``)."""
     run = EvaluationRun.objects.filter(pk=run_id).first()
     if run is None or run.is_finished:
         return run
@@ -129,7 +129,7 @@ def run_execute_task(*, run_id: int, nodename: str, cancel_check: Any = None) ->
         if not run_recover(run=run, reason=f"worker {attempt.worker} lost"):
             return EvaluationRun.objects.get(pk=run_id)
     return run_services.run_execute(
-        run_id=run_id, worker=worker_identity(nodename), cancel_check=cancel_check, quality_check=load_not_needed
+        run_id=run_id, worker=worker_identity(nodename), cancel_check=cancel_check, load_checks=LOAD_CHECKS
     )
 
 

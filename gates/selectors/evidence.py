@@ -36,6 +36,12 @@ def run_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
         return RunTaskEvidence(run_id=str(run.pk), error=headline, start_failed=True)
     if run.status != RunStatus.SUCCEEDED:
         return RunTaskEvidence(run_id=str(run.pk), error=f"run #{run.pk} is {run.status}: {run.error}".strip(": "))
+    return stored_task_evidence(run, task)
+
+
+def stored_task_evidence(run: EvaluationRun, task: str) -> RunTaskEvidence:
+    """What ``run`` has stored on ``task`` so far, whatever the run's status: a run still measuring
+    its other tasks (the worker asking whether their load can still change the outcome) included."""
     result = TaskResult.objects.filter(run=run, task=task).first()
     if result is None:
         return RunTaskEvidence(run_id=str(run.pk), error=f"run #{run.pk} has no result for {task}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from evaluators.models import EvaluationRun, RunStatus, SampleRecord
 from evaluators.suites import get_suite
@@ -105,6 +105,27 @@ def ticket_staged(ticket: ReleaseTicket, policy: Policy, tasks: Iterable[str]) -
         if looks is not None:
             staged[task] = StagedTask(looks, budget_spent=budget_spent)
     return staged
+
+
+def first_pair_staged(policy: Policy, answers: Mapping[str, StageOutcomes]) -> dict[str, StagedTask]:
+    """Per task with staged guardrails, their looks at 1 over a ticket's first pair from ``answers``
+    (per task, each side's pass/fail by sample id), before its runs have finished: what the worker's
+    load checks judge with. Empty when the policy judges one fixed stage."""
+    if not policy.sequential.enabled:
+        return {}
+    staged = {}
+    for task, outcome in answers.items():
+        task_policy = policy.task(task)
+        guardrails = staged_guardrails(task_policy) if task_policy else []
+        looks = staged_looks(policy, task, guardrails, [outcome]) if guardrails else None
+        if looks is not None:
+            staged[task] = StagedTask(looks)
+    return staged
+
+
+def stored_answers(baseline_run_id: int, candidate_run_id: int, tasks: Iterable[str]) -> dict[str, StageOutcomes]:
+    """Per task, each side's stored pass/fail by sample id (baseline, candidate)."""
+    return {task: (_passed(baseline_run_id, task), _passed(candidate_run_id, task)) for task in tasks}
 
 
 def staged_looks(

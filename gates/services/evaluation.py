@@ -6,7 +6,8 @@ overlaps a task): state moves are compare-and-swap and "already done" returns qu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -18,12 +19,22 @@ from core.errors import DomainError, NotAllowed
 from core.roles import ADMIN, Actor, has_role, person
 from evaluators import services as run_services
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
+from gates.judge import TaskEvidence, evaluate
 from gates.judge.decision import settled_rejection
 from gates.judge.mechanisms import NOT_EXERCISED
 from gates.judge.staged import StagedTask, staged_guardrails
 from gates.models import DecisionOutcome, EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
 from gates.policy.rules import Policy
-from gates.selectors.stages import looks_judged, series_stages, stage_runs, staged_looks, ticket_staged
+from gates.selectors.calibrations import calibration_noise
+from gates.selectors.evidence import stored_task_evidence
+from gates.selectors.stages import (
+    first_pair_staged,
+    looks_judged,
+    series_stages,
+    stage_runs,
+    stored_answers,
+    ticket_staged,
+)
 from gates.services.decisions import decision_judge, decision_make
 from gates.services.dispatch import enqueue_runs, enqueue_ticket_check, run_task_id
 from gates.services.dispatch import run_enqueue as run_enqueue  # re-exported: callers send a run from here
@@ -31,6 +42,7 @@ from gates.services.notifications import notify
 from gates.services.policy import gate_policy
 from gates.services.stages import looks_summary, stage_request
 from gates.services.tickets import ticket_submit, ticket_transition
+from ledger.models import LedgerEntry
 from ledger.services import ledger_append
 
 # Statuses from which a ticket is evaluated: submitted, or evaluated again after needing evidence.
@@ -281,10 +293,11 @@ def _deciding_rejections(ticket: ReleaseTicket, policy: Policy, staged: Mapping[
 
 def load_not_needed(run_id: int, answers: Mapping[str, tuple[dict[str, bool], dict[str, bool]]]) -> str | None:
     """The worker's question once a ticket's first pair has every task's answers, before any load
-    (``evaluators.services.QualityCheck``): why the load need not run, when those answers already
-    reject the candidate (a staged guardrail that decides on its own rejects at look 1, which is
-    where ``ticket_check`` judges the ticket instead of asking for a stage), so no timing could
-    change the outcome. None otherwise, and for a run that is not an evaluating ticket's first pair.
+    (``evaluators.services.LoadChecks.answers``): why the load need not run, when those answers
+    already reject the candidate (a staged guardrail that decides on its own rejects at look 1,
+    which is where ``ticket_check`` judges the ticket instead of asking for a stage), so no timing
+    could change the outcome. None otherwise, and for a run that is not an evaluating ticket's first
+    pair.
 
     The ledger records the skip with the looks behind it.
     """
@@ -292,15 +305,7 @@ def load_not_needed(run_id: int, answers: Mapping[str, tuple[dict[str, bool], di
     if ticket is None:
         return None
     policy = gate_policy()
-    if not policy.sequential.enabled:
-        return None
-    staged = {}
-    for task, (base, cand) in answers.items():
-        task_policy = policy.task(task)
-        guardrails = staged_guardrails(task_policy) if task_policy else []
-        looks = staged_looks(policy, task, guardrails, [(base, cand)]) if guardrails else None
-        if looks is not None:
-            staged[task] = StagedTask(looks)
+    staged = first_pair_staged(policy, answers)
     rejected = _deciding_rejections(ticket, policy, staged)
     if not rejected:
         return None
@@ -308,16 +313,78 @@ def load_not_needed(run_id: int, answers: Mapping[str, tuple[dict[str, bool], di
         f"not measured: {', '.join(rejected)} rejected the candidate at look 1 of its answers, "
         "so no timing could change the outcome"
     )
+    _record_load_skipped(ticket, run_id, reason, {"looks": looks_summary(staged)})
+    return reason
+
+
+def load_rest_not_needed(run_id: int, measured: Sequence[str]) -> str | None:
+    """The worker's question after each task's load of a ticket's first pair is stored, while other
+    tasks' loads remain (``evaluators.services.LoadChecks.loads``): why the rest need not run, when
+    the tasks ``measured`` so far already reject the candidate on findings no later stage could
+    undo (``settled_rejection``: a beneficiary's promised benefit that confidently failed, a broken
+    guardrail on a beneficiary task, a critical veto). The decision rejects on them whatever the
+    other tasks show. None otherwise, and for a run that is not an evaluating ticket's first pair.
+
+    The tasks are judged as ``decision_judge`` judges them (the same policy, seed, noise floors and
+    looks at 1), from what both runs have stored so far. The ledger records the skip with the
+    findings behind it.
+    """
+    ticket = (
+        ReleaseTicket.objects.select_related("baseline", "baseline_run", "candidate_run")
+        .filter(candidate_run_id=run_id, status=TicketStatus.EVALUATING)
+        .first()
+    )
+    if ticket is None or ticket.baseline_run is None or ticket.candidate_run is None:
+        return None
+    policy = gate_policy()
+    base_run, cand_run = ticket.baseline_run, ticket.candidate_run
+    staged = first_pair_staged(policy, stored_answers(base_run.pk, cand_run.pk, measured))
+    decision = evaluate(
+        policy,
+        [TaskEvidence(t, stored_task_evidence(base_run, t), stored_task_evidence(cand_run, t)) for t in measured],
+        mechanisms=list(ticket.mechanisms),
+        bottleneck=ticket.bottleneck or None,
+        beneficiary_tasks=[t.slug for t in ticket.beneficiary_tasks.all()],
+        risk_tasks=[t.slug for t in ticket.risk_tasks.all()],
+        seed=policy.seed,
+        noise=calibration_noise(ticket.baseline),
+        staged=staged,
+    )
+    still_open = {
+        task: [metric for metric, looks in item.guardrails.items() if looks.last.outcome == "continue"]
+        for task, item in staged.items()
+    }
+    findings = settled_rejection(decision, still_open)
+    if not findings:
+        return None
+    reason = (
+        f"not measured: the load of {', '.join(measured)} already rejects the candidate "
+        f"({findings[0]}), so no timing of this task could change the outcome"
+    )
+    _record_load_skipped(ticket, run_id, reason, {"measured": list(measured), "findings": findings})
+    return reason
+
+
+def _record_load_skipped(ticket: ReleaseTicket, run_id: int, reason: str, why: dict[str, Any]) -> None:
+    """A ``ticket.load_skipped`` ledger entry, once per candidate run: a worker that retries the
+    pair after the check asks again and gets the same answer."""
     with transaction.atomic():
+        if LedgerEntry.objects.filter(
+            kind="ticket.load_skipped", subject_type="ticket", subject_id=ticket.pk, payload__candidate_run=run_id
+        ).exists():
+            return
         ledger_append(
             kind="ticket.load_skipped",
             subject_type="ticket",
             subject_id=ticket.pk,
             subject_name=ticket.title,
             actor=None,
-            payload={"candidate_run": run_id, "reason": reason, "looks": looks_summary(staged)},
+            payload={"candidate_run": run_id, "reason": reason, **why},
         )
-    return reason
+
+
+# What the ``gpu`` task passes to a pair's worker: the gate's two questions on the load still to come.
+LOAD_CHECKS = run_services.LoadChecks(answers=load_not_needed, loads=load_rest_not_needed)
 
 
 def _enqueue_check_now(ticket_id: int) -> None:
