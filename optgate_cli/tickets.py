@@ -143,7 +143,8 @@ def _cell(text: Any, width: int) -> str:
 
 
 def _numbers(task: dict[str, Any]) -> str:
-    """The numbers that decided a task, as the server formatted them (its ``display`` strings)."""
+    """The numbers that decided a task, as the server formatted them (its ``display`` strings), and
+    why its timing was not measured where its load was skipped."""
     parts = []
     for n in task.get("numbers") or []:
         text = f"{n.get('label')} {n.get('baseline')} → {n.get('candidate')}"
@@ -151,6 +152,8 @@ def _numbers(task: dict[str, Any]) -> str:
             interval = n.get("interval")
             text += f" ({n['change']}" + (f", CI {interval}" if interval not in (None, "—") else "") + ")"
         parts.append(text)
+    if task.get("not_measured"):
+        parts.append(f"timing not measured: {task['not_measured']}")
     return "; ".join(parts) or "—"
 
 

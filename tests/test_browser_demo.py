@@ -32,7 +32,7 @@ from django.conf import settings
 
 from evaluators.processes import find_free_port
 from gates.display import metric_display
-from gates.selectors.summary import blocking_findings, deciding_metrics
+from gates.selectors.summary import blocking_findings, deciding_metrics, not_measured
 from tests.demo_evidence import DEMO_DATABASE, SERVICE_VARIABLES
 from tests.test_browser import browser  # noqa: F401  (the Chromium fixture)
 from tests.test_browser_summary import SCREENSHOTS, VIEWPORT
@@ -150,10 +150,16 @@ def test_each_demo_ticket_says_what_it_rests_on_and_a_reviewer_signs_off_from_th
             assert row.locator(".badge").first.inner_text() == verdict["status"]
             text = row.inner_text()
             deciding = deciding_metrics(verdict)
-            assert deciding, (task, verdict)
+            # A task whose load was skipped (its ticket already rejected) says so instead of "— → —".
+            unmeasured = not_measured(verdict)
+            assert deciding or unmeasured, (task, verdict)
             for metric in deciding:
                 shown = metric_display(metric)
                 assert f"{shown['label']}: {shown['baseline']} → {shown['candidate']}" in text, (task, text)
+            if unmeasured:
+                said = row.locator("[data-testid=not-measured]").inner_text()
+                assert said == f"Timing not measured: {unmeasured}", (task, said)
+                assert "— → —" not in text, (task, text)
             needed = verdict.get("samples_needed") or stored["samples_needed"].get(task)
             if needed:
                 assert f"+{needed:,} needed" in text, (task, text)

@@ -105,6 +105,12 @@ def test_the_demos_tickets_are_decided_in_stages_that_stop_as_soon_as_the_eviden
     if failed_gain:
         assert set(code["performance"]) == {"load_skipped"} and code["requests"] == [], code
         assert "the load of cs_summary already rejects" in code["performance"]["load_skipped"]
+        # The printout's row says why, not "— → —" for the checks the load would have answered.
+        printed = demo_evidence.stdout.split("==> decisions", 1)[1].split(NGRAM_TITLE, 1)[1]
+        found = re.search(r"^    code_assistant \(risk\): .*$", printed, re.M)
+        assert found, printed[:3000]
+        line = found.group(0)
+        assert "timing not measured: the load of cs_summary already rejects" in line and "— → —" not in line, line
     else:
         assert code["performance"].get("blocks"), code
     skipped = {

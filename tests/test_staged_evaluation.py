@@ -26,10 +26,11 @@ from gates.policy.metrics import METRIC_SPECS, is_quality
 from gates.policy.parse import load_policy, validate_policy_text
 from gates.policy.rules import POLICY_DIR, PolicyError
 from gates.selectors.decisions import decision_current
-from gates.selectors.summary import blocking_findings, deciding_metrics
+from gates.selectors.summary import blocking_findings, deciding_metrics, decision_summary, numbers_text
 from gates.services import evaluation
 from ledger.models import LedgerEntry
 from ledger.selectors import ledger_verify
+from optgate_cli.tickets import _numbers as cli_numbers
 from tests.factories import (
     captured_tasks,
     drop_passes,
@@ -784,9 +785,14 @@ def test_answers_that_already_reject_the_candidate_skip_the_load_and_the_decisio
     assert not any(LOAD_NOT_MEASURED in str(r) or "not measured" in r for r in decision.reasons if r not in open_lines)
     findings = blocking_findings(decision.verdicts)
     assert findings and all("not measured" not in f["text"] for f in findings)
-    # A task's row shows the checks with numbers; one open only on unmeasured checks shows those.
+    # A task's row shows the checks with numbers; one open only on unmeasured checks says why instead.
     assert [m["metric"] for m in deciding_metrics(decision.verdicts[SQL])] == ["pass_rate"]
-    assert {m["test"] for m in deciding_metrics(decision.verdicts[SUMMARY])} == {LOAD_NOT_MEASURED}
+    assert deciding_metrics(decision.verdicts[SUMMARY]) == []
+    rows = {row["task"]: row for row in decision_summary(decision)["tasks"]}
+    why = reason.removeprefix("not measured: ")
+    # Said once, on the task it leaves open: SQL fails whatever its timing.
+    assert (rows[SUMMARY]["not_measured"], rows[SQL]["not_measured"]) == (why, "")
+    assert numbers_text(rows[SUMMARY]["numbers"], rows[SUMMARY]["not_measured"]) == f"timing not measured: {why}"
     assert ledger_verify().ok
 
 
@@ -880,7 +886,12 @@ def _finish(run: EvaluationRun, task: str, passed: list[bool], reason: str) -> N
 
 
 def test_a_load_that_already_rejects_the_candidate_skips_the_loads_still_to_come_and_the_decision_rejects_on_it(
-    erin: User, baseline: Backend, candidate: Backend, sent: Any, django_capture_on_commit_callbacks: Any
+    erin: User,
+    baseline: Backend,
+    candidate: Backend,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    client: Any,
 ) -> None:
     # The beneficiary measured first, the candidate half again as slow: its promised gain failed.
     base_run = _measuring(baseline, {SUMMARY: task_spec(GOOD, seed=1)})
@@ -910,6 +921,19 @@ def test_a_load_that_already_rejects_the_candidate_skips_the_loads_still_to_come
     assert timing and all(m["test"] == LOAD_NOT_MEASURED and reason in m["reason"] for m in timing)
     assert [r.split(":")[0] for r in decision.reasons if r.startswith("Open on ")] == [f"Open on {SQL}"]
     assert ledger_verify().ok
+
+    # The first screen, the CLI and the demo's printout say it in the task's row: SQL's open pass
+    # rate with its numbers, then why its timing was not measured, never a timing check's "— → —".
+    rows = {row["task"]: row for row in decision_summary(decision)["tasks"]}
+    why = reason.removeprefix("not measured: ")
+    assert [n["metric"] for n in rows[SQL]["numbers"]] == ["pass_rate"]
+    assert (rows[SQL]["not_measured"], rows[SUMMARY]["not_measured"]) == (why, "")
+    assert cli_numbers(rows[SQL]).endswith(f"; timing not measured: {why}")
+    assert numbers_text(rows[SQL]["numbers"], why) == cli_numbers(rows[SQL])
+    client.force_login(erin)
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    row = page.split(f'<tr data-task="{SQL}">', 1)[1].split("</tr>", 1)[0]
+    assert 'data-testid="not-measured"' in row and "already rejects the candidate" in row and "— → —" not in row, row
 
 
 def test_a_load_that_leaves_the_outcome_open_keeps_the_loads_still_to_come(

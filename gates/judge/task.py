@@ -173,7 +173,7 @@ def _from_answers(verdict: MetricVerdict) -> bool:
 
 def _not_measured(verdict: MetricVerdict, why: str) -> MetricVerdict:
     """A timing or engine verdict of a task whose load was skipped: open, with the reason; the
-    outcome it leaves open is settled by the answers already (a rejection)."""
+    outcome it leaves open is settled already by what was measured (a rejection)."""
     spec = METRIC_SPECS.get(verdict.metric)
     label = spec.label if spec is not None else verdict.metric
     unmeasured = unmeasured_verdict(

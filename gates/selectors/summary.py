@@ -31,9 +31,8 @@ def deciding_metrics(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     metrics = list(verdict.get("metrics") or [])
     status = verdict.get("status")
     if status in FINDING_STATUSES:
-        chosen = [m for m in metrics if m.get("status") == status]
-        # A check the skipped load left open has no numbers: shown only where nothing else is.
-        chosen = [m for m in chosen if m.get("test") != LOAD_NOT_MEASURED] or chosen
+        # A check the skipped load left open has no numbers: the row says why instead (``not_measured``).
+        chosen = [m for m in metrics if m.get("status") == status and m.get("test") != LOAD_NOT_MEASURED]
         chosen.sort(key=lambda m: (not m.get("critical"), _KIND_ORDER.get(m.get("kind", ""), 9)))
     else:
         chosen = [m for m in metrics if m.get("status") == "pass" and m.get("kind") != "tradeable"]
@@ -72,9 +71,22 @@ def blocking_findings(verdicts: dict[str, Any]) -> list[dict[str, str]]:
     return findings
 
 
-def numbers_text(numbers: list[dict[str, Any]]) -> str:
+def not_measured(verdict: dict[str, Any]) -> str:
+    """Why the task's load was not measured (what already rejected the candidate), where that
+    leaves the task open: its timing checks carry the reason. "" when the load was measured, and
+    for a task that fails anyway (what its timing would have said does not matter)."""
+    if verdict.get("status") == "fail":
+        return ""
+    for metric in verdict.get("metrics") or []:
+        if metric.get("test") == LOAD_NOT_MEASURED:
+            return str((metric.get("details") or {}).get("not_measured") or "").removeprefix("not measured: ")
+    return ""
+
+
+def numbers_text(numbers: list[dict[str, Any]], unmeasured: str = "") -> str:
     """A task's deciding numbers in one line: "Pass rate 91.0% → 81.0% (−10.0 pts, CI −14.9 to −6.6 pts)",
-    with ", A/A noise ±1.0 pts" where the baseline's calibration gave the metric a noise floor."""
+    with ", A/A noise ±1.0 pts" where the baseline's calibration gave the metric a noise floor, and
+    "timing not measured: …" where the task's load was skipped (``unmeasured``: why)."""
     parts = []
     for n in numbers:
         text = f"{n['label']} {n['baseline']} → {n['candidate']}"
@@ -82,6 +94,8 @@ def numbers_text(numbers: list[dict[str, Any]]) -> str:
             text += f" ({n['change']}" + (f", CI {n['interval']}" if n["interval"] != "—" else "")
             text += (f", A/A noise {n['noise_floor']}" if n.get("noise_floor", "—") != "—" else "") + ")"
         parts.append(text)
+    if unmeasured:
+        parts.append(f"timing not measured: {unmeasured}")
     return "; ".join(parts) or "—"
 
 
@@ -95,6 +109,7 @@ def decision_summary(decision: GateDecision) -> dict[str, Any]:
             "role": verdict.get("role", ""),
             "status": verdict.get("status", ""),
             "numbers": [_number_row(m) for m in deciding_metrics(verdict)],
+            "not_measured": not_measured(verdict),
             "samples_used": _samples_used(verdict),
             "samples_needed": verdict.get("samples_needed") or (decision.samples_needed or {}).get(task),
             "provenance": provenance[task],

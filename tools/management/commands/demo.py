@@ -272,7 +272,7 @@ class Command(BaseCommand):
             summary = decision_summary(decision)
             for task in summary["tasks"]:
                 self.stdout.write(
-                    f"    {task['task']} ({task['role']}): {task['status']} — {numbers_text(task['numbers'])}"
+                    f"    {task['task']} ({task['role']}): {task['status']} — {numbers_text(task['numbers'], task['not_measured'])}"
                 )
             for finding in summary["findings"]:
                 self.stdout.write(f"    - {finding['task']}: {finding['text']}")
