@@ -83,17 +83,23 @@ def _ordered_unique(*groups: Sequence[str]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _reject_reasons(verdict: TaskVerdict, beneficiary: bool) -> list[str]:
-    reasons = [f"Veto on {verdict.task}: {m.reason}" for m in verdict.critical_failures]
+def _rejecting(verdict: TaskVerdict, beneficiary: bool) -> list[tuple[str, MetricVerdict]]:
+    """Each failure of ``verdict`` that rejects the candidate whatever else is measured (a veto, and
+    on a beneficiary task a broken guardrail or a promise not kept), with the words its reason opens with."""
+    found = [(f"Veto on {verdict.task}", m) for m in verdict.critical_failures]
     if beneficiary:
         for metric in verdict.metrics:
             if metric.status != "fail" or metric.critical:
                 continue
             if metric.kind == "guardrail":
-                reasons.append(f"Beneficiary task {verdict.task} breaks a guardrail: {metric.reason}")
+                found.append((f"Beneficiary task {verdict.task} breaks a guardrail", metric))
             elif metric.kind in ("objective", "mechanism"):
-                reasons.append(f"Beneficiary task {verdict.task} does not show the promised benefit: {metric.reason}")
-    return reasons
+                found.append((f"Beneficiary task {verdict.task} does not show the promised benefit", metric))
+    return found
+
+
+def _reject_reasons(verdict: TaskVerdict, beneficiary: bool) -> list[str]:
+    return [f"{opening}: {metric.reason}" for opening, metric in _rejecting(verdict, beneficiary)]
 
 
 def _risk_failures(verdicts: Mapping[str, TaskVerdict], tasks: Sequence[str]) -> list[tuple[str, MetricVerdict]]:
@@ -107,16 +113,16 @@ def _risk_failures(verdicts: Mapping[str, TaskVerdict], tasks: Sequence[str]) ->
     ]
 
 
-def settled_rejection(decision: Decision, still_open: Mapping[str, Collection[str]]) -> list[str]:
-    """The reasons ``decision`` rejects the candidate that rest on none of the metrics in
+def settled_rejecting(decision: Decision, still_open: Mapping[str, Collection[str]]) -> list[MetricVerdict]:
+    """The failures ``decision`` rejects the candidate on that rest on none of the metrics in
     ``still_open`` (per task, the staged guardrails whose look asks for another stage): a rejection
     no further stage could undo. Empty when the rejection, if any, waits on those looks."""
-    reasons: list[str] = []
+    found: list[MetricVerdict] = []
     for task, verdict in decision.verdicts.items():
         open_metrics = set(still_open.get(task, ()))
         settled = replace(verdict, metrics=tuple(m for m in verdict.metrics if m.metric not in open_metrics))
-        reasons += _reject_reasons(settled, beneficiary=task in decision.beneficiary_tasks)
-    return reasons
+        found += [metric for _, metric in _rejecting(settled, beneficiary=task in decision.beneficiary_tasks)]
+    return found
 
 
 def _evidence_reasons(verdict: TaskVerdict) -> list[str]:

@@ -20,7 +20,7 @@ from core.roles import ADMIN, Actor, has_role, person
 from evaluators import services as run_services
 from evaluators.models import EvaluationRun, RunStatus, TaskResult
 from gates.judge import TaskEvidence, evaluate
-from gates.judge.decision import settled_rejection
+from gates.judge.decision import settled_rejecting
 from gates.judge.mechanisms import NOT_EXERCISED
 from gates.judge.staged import StagedTask, staged_guardrails
 from gates.models import DecisionOutcome, EvaluationStage, GateDecision, IllegalTransition, ReleaseTicket, TicketStatus
@@ -269,7 +269,7 @@ def _next_stage_tasks(ticket: ReleaseTicket, policy: Policy) -> tuple[list[str],
             task: [metric for metric, looks in item.guardrails.items() if looks.last.outcome == "continue"]
             for task, item in staged.items()
         }
-        if settled_rejection(decision_judge(ticket=ticket, policy=policy).decision, still_open):
+        if settled_rejecting(decision_judge(ticket=ticket, policy=policy).decision, still_open):
             return [], staged
     return more, staged
 
@@ -321,13 +321,13 @@ def load_rest_not_needed(run_id: int, measured: Sequence[str]) -> str | None:
     """The worker's question after each task's load of a ticket's first pair is stored, while other
     tasks' loads remain (``evaluators.services.LoadChecks.loads``): why the rest need not run, when
     the tasks ``measured`` so far already reject the candidate on findings no later stage could
-    undo (``settled_rejection``: a beneficiary's promised benefit that confidently failed, a broken
+    undo (``settled_rejecting``: a beneficiary's promised benefit that confidently failed, a broken
     guardrail on a beneficiary task, a critical veto). The decision rejects on them whatever the
     other tasks show. None otherwise, and for a run that is not an evaluating ticket's first pair.
 
     The tasks are judged as ``decision_judge`` judges them (the same policy, seed, noise floors and
     looks at 1), from what both runs have stored so far. The ledger records the skip with the
-    findings behind it.
+    failing checks behind it.
     """
     ticket = (
         ReleaseTicket.objects.select_related("baseline", "baseline_run", "candidate_run")
@@ -354,14 +354,18 @@ def load_rest_not_needed(run_id: int, measured: Sequence[str]) -> str | None:
         task: [metric for metric, looks in item.guardrails.items() if looks.last.outcome == "continue"]
         for task, item in staged.items()
     }
-    findings = settled_rejection(decision, still_open)
-    if not findings:
+    by_task: dict[str, list[str]] = {}
+    for metric in settled_rejecting(decision, still_open):
+        by_task.setdefault(metric.task, []).append(metric.metric)
+    if not by_task:
         return None
+    checks = "; ".join(f"{task}'s {', '.join(dict.fromkeys(metrics))}" for task, metrics in by_task.items())
+    rejecting = [f"{task}'s {metric}" for task, metrics in by_task.items() for metric in dict.fromkeys(metrics)]
     reason = (
-        f"not measured: the load of {', '.join(measured)} already rejects the candidate "
-        f"({findings[0]}), so no timing of this task could change the outcome"
+        f"not measured: {checks} rejected the candidate on the load of {', '.join(measured)}, "
+        "so no timing of this task could change the outcome"
     )
-    _record_load_skipped(ticket, run_id, reason, {"measured": list(measured), "findings": findings})
+    _record_load_skipped(ticket, run_id, reason, {"measured": list(measured), "rejected_by": rejecting})
     return reason
 
 

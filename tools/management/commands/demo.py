@@ -271,9 +271,8 @@ class Command(BaseCommand):
             # blocking finding once, then what to do next.
             summary = decision_summary(decision)
             for task in summary["tasks"]:
-                self.stdout.write(
-                    f"    {task['task']} ({task['role']}): {task['status']} — {numbers_text(task['numbers'], task['not_measured'])}"
-                )
+                numbers = numbers_text(task["numbers"], task["not_measured"])
+                self.stdout.write(f"    {task['task']} ({task['role']}): {task['status']} — {numbers}")
             for finding in summary["findings"]:
                 self.stdout.write(f"    - {finding['task']}: {finding['text']}")
             action = next_action(status=ticket.status, decision=decision)
