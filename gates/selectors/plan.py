@@ -214,7 +214,8 @@ def seconds_per_pair(*, backend: Backend, task: str) -> tuple[float, str]:
     """Engine seconds one paired sample of ``task`` costs, and where the figure comes from.
 
     From the backend's newest measured run that timed the task: its wall time over the samples it
-    answered (it includes the load phase, so it rather overstates), doubled when that run measured
+    answered (it includes the load phase unless the load was skipped, so it rather overstates what
+    a quality-only stage costs), doubled when that run measured
     the baseline alone rather than both sides together. Otherwise ``DEFAULT_SECONDS_PER_PAIR``.
     """
     key = f"{task}_s"
