@@ -68,7 +68,7 @@ STRESS_ROUNDS = 3
 KV_STRESS_SAMPLE_S = 0.1
 STRESS_MAX_TOKENS = 64
 # A task's performance record holding only this key: its load was not measured, for the reason
-# given (its pair's answers already settled the verdict; ``evaluators.services``).
+# given (what its pair measured before already settled the verdict; ``evaluators.services``).
 LOAD_SKIPPED = "load_skipped"
 # The gateway's tenants the load comes from, in turn; each gets its cache salt (see
 # backends.prefix_cache), so a cache partitioned per tenant is measured as it would serve.

@@ -64,8 +64,9 @@ class RunTaskEvidence:
     # run) and, when it ran, what it measured.
     stress_plan: Mapping[str, Any] = field(default_factory=dict)
     stress: RunTaskEvidence | None = None
-    # Why no load was measured, when it was skipped because the answers already settled the
-    # verdict (``evaluators.pipeline.LOAD_SKIPPED``); empty when it ran.
+    # Why no load was measured, when it was skipped because what was measured before (the
+    # answers, or other tasks' loads) already settled the verdict (``evaluators.pipeline.LOAD_SKIPPED``);
+    # empty when it ran.
     load_skipped: str = ""
 
 

@@ -264,14 +264,17 @@ def _next_stage_tasks(ticket: ReleaseTicket, policy: Policy) -> tuple[list[str],
     if _deciding_rejections(ticket, policy, staged):
         return [], staged
     more = [task for task, item in staged.items() if item.continuing]
-    if more:
-        still_open = {
-            task: [metric for metric, looks in item.guardrails.items() if looks.last.outcome == "continue"]
-            for task, item in staged.items()
-        }
-        if settled_rejecting(decision_judge(ticket=ticket, policy=policy).decision, still_open):
-            return [], staged
+    if more and settled_rejecting(decision_judge(ticket=ticket, policy=policy).decision, _still_open(staged)):
+        return [], staged
     return more, staged
+
+
+def _still_open(staged: Mapping[str, StagedTask]) -> dict[str, list[str]]:
+    """Per task, the staged guardrails whose last look asks for another stage."""
+    return {
+        task: [metric for metric, looks in item.guardrails.items() if looks.last.outcome == "continue"]
+        for task, item in staged.items()
+    }
 
 
 def _deciding_rejections(ticket: ReleaseTicket, policy: Policy, staged: Mapping[str, StagedTask]) -> list[str]:
@@ -350,17 +353,14 @@ def load_rest_not_needed(run_id: int, measured: Sequence[str]) -> str | None:
         noise=calibration_noise(ticket.baseline),
         staged=staged,
     )
-    still_open = {
-        task: [metric for metric, looks in item.guardrails.items() if looks.last.outcome == "continue"]
-        for task, item in staged.items()
-    }
-    by_task: dict[str, list[str]] = {}
-    for metric in settled_rejecting(decision, still_open):
-        by_task.setdefault(metric.task, []).append(metric.metric)
-    if not by_task:
+    failing = dict.fromkeys((m.task, m.metric) for m in settled_rejecting(decision, _still_open(staged)))
+    if not failing:
         return None
-    checks = "; ".join(f"{task}'s {', '.join(dict.fromkeys(metrics))}" for task, metrics in by_task.items())
-    rejecting = [f"{task}'s {metric}" for task, metrics in by_task.items() for metric in dict.fromkeys(metrics)]
+    by_task: dict[str, list[str]] = {}
+    for task, metric in failing:
+        by_task.setdefault(task, []).append(metric)
+    checks = "; ".join(f"{task}'s {', '.join(metrics)}" for task, metrics in by_task.items())
+    rejecting = [f"{task}'s {metric}" for task, metric in failing]
     reason = (
         f"not measured: {checks} rejected the candidate on the load of {', '.join(measured)}, "
         "so no timing of this task could change the outcome"
